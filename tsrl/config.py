@@ -1,0 +1,203 @@
+"""One typed run config (pydantic), built from a recipe YAML plus overrides.
+
+Every validation error names the field and says how to fix it; `load_run_config` turns pydantic's
+error list into one `ConfigError` whose message is meant to be shown to the user as is.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
+
+
+class Objective(StrEnum):
+    GRPO = "grpo"
+    OPD = "opd"
+
+
+class Estimator(StrEnum):
+    GRPO = "grpo"
+    DR_GRPO = "dr_grpo"
+    RLOO = "rloo"
+
+
+class Schedule(StrEnum):
+    SYNC = "sync"
+    GROUP = "group"
+    STREAM = "stream"
+    ASYNC = "async"
+    FULLY_ASYNC = "fully_async"
+
+
+LOSSLESS_SCHEDULES = (Schedule.SYNC, Schedule.GROUP, Schedule.STREAM)
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelConfig(_Section):
+    path: str | None = Field(None, description="HF model directory; None builds the tiny model")
+    tiny_seed: int = 0
+    dtype: str = "float32"
+    lora_rank: int = Field(0, ge=0, description="0 trains all weights; >0 trains LoRA adapters")
+    lora_alpha: float = 16.0
+
+    @field_validator("dtype")
+    @classmethod
+    def _dtype(cls, v: str) -> str:
+        if v not in ("float32", "float64", "bfloat16"):
+            raise ValueError(f"unknown dtype {v!r}: use one of float32, float64, bfloat16")
+        return v
+
+
+class OptimConfig(_Section):
+    lr: float = Field(1e-3, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    beta1: float = Field(0.9, ge=0, lt=1)
+    beta2: float = Field(0.999, ge=0, lt=1)
+    eps: float = Field(1e-8, gt=0)
+    max_grad_norm: float = Field(1.0, gt=0, description="global-norm clip; use a large value to disable")
+
+
+class LearnerConfig(_Section):
+    estimator: Estimator = Estimator.GRPO
+    std_eps: float = Field(1e-6, gt=0)
+    token_weighting: str = "seq_mean"
+    max_open_groups: int = Field(4, ge=1, description="admission cap per rank on groups with stats")
+    accum_dtype: str = "float32"
+    ranks: int = Field(1, ge=1)
+
+    @field_validator("token_weighting")
+    @classmethod
+    def _tw(cls, v: str) -> str:
+        if v not in ("seq_mean", "token_sum"):
+            raise ValueError(f"unknown token_weighting {v!r}: use 'seq_mean' or 'token_sum'")
+        return v
+
+    @field_validator("accum_dtype")
+    @classmethod
+    def _acc(cls, v: str) -> str:
+        if v not in ("float32", "float64"):
+            raise ValueError(f"unknown accum_dtype {v!r}: use 'float32' or 'float64'")
+        return v
+
+
+class RolloutConfig(_Section):
+    group_size: int = Field(4, ge=1, description="trajectories per prompt (GRPO group size m)")
+    groups_per_update: int = Field(2, ge=1)
+    max_turns: int = Field(4, ge=1)
+    max_new_tokens: int = Field(16, ge=1)
+    temperature: float = Field(1.0, gt=0)
+    concurrency: int = Field(4, ge=1)
+    engine: str = "hf"
+
+
+class TeacherConfig(_Section):
+    model: str | None = None
+    backend: str = "hf"
+    timeout_s: float = Field(30.0, gt=0)
+    retries: int = Field(3, ge=0)
+
+
+class EnvConfig(_Section):
+    name: str = "toy"
+    tasks: str | None = None
+    sandbox: str = "local"
+
+
+class RunConfig(_Section):
+    name: str = "run"
+    objective: Objective = Objective.GRPO
+    schedule: Schedule = Schedule.STREAM
+    updates: int = Field(10, ge=1, description="number of optimizer steps")
+    seed: int = 0
+    checkpoint_every: int = Field(0, ge=0, description="0 disables checkpoints")
+    output_dir: str = "runs/default"
+    mfu_peak_flops: float = Field(1e11, gt=0, description="peak FLOP/s used for MFU")
+    model: ModelConfig = ModelConfig()
+    optim: OptimConfig = OptimConfig()
+    learner: LearnerConfig = LearnerConfig()
+    rollout: RolloutConfig = RolloutConfig()
+    teacher: TeacherConfig = TeacherConfig()
+    env: EnvConfig = EnvConfig()
+
+    @model_validator(mode="after")
+    def _cross(self) -> RunConfig:
+        if self.objective is Objective.OPD and self.teacher.model is None and self.env.name != "toy":
+            raise ValueError(
+                "objective 'opd' needs teacher.model: set teacher.model to a model directory"
+            )
+        if self.objective is Objective.GRPO and self.learner.estimator is Estimator.RLOO:
+            if self.rollout.group_size < 2:
+                raise ValueError("estimator 'rloo' needs rollout.group_size >= 2: raise group_size")
+        return self
+
+
+class ConfigError(ValueError):
+    """A config problem phrased for the user: which field, what is wrong, how to fix it."""
+
+
+def format_validation_error(err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(x) for x in e["loc"]) or "<config>"
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            msg = "unknown field: remove it or check the spelling (see `tsrl config schema`)"
+        lines.append(f"{loc}: {msg}")
+    return "; ".join(lines)
+
+
+def _set_dotted(d: dict[str, Any], key: str, value: Any) -> None:
+    parts = key.split(".")
+    cur = d
+    for p in parts[:-1]:
+        nxt = cur.setdefault(p, {})
+        if not isinstance(nxt, dict):
+            raise ConfigError(f"{key}: {p!r} is not a section, so it cannot hold {parts[-1]!r}")
+        cur = nxt
+    if isinstance(value, dict) and isinstance(cur.get(parts[-1]), dict):
+        for k, v in value.items():
+            _set_dotted(cur, f"{parts[-1]}.{k}", v)
+    else:
+        cur[parts[-1]] = value
+
+
+def recipe_path(name_or_path: str) -> Path:
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml") and p.exists():
+        return p
+    cand = RECIPES_DIR / f"{name_or_path}.yaml"
+    if cand.exists():
+        return cand
+    known = sorted(x.stem for x in RECIPES_DIR.glob("*.yaml"))
+    raise ConfigError(f"recipe {name_or_path!r} not found: use one of {known} or a .yaml path")
+
+
+def load_run_config(
+    recipe: str | None = None,
+    overrides: dict[str, Any] | None = None,
+    data: dict[str, Any] | None = None,
+) -> RunConfig:
+    """Build a validated RunConfig from a recipe (name or path) and/or a dict, then overrides."""
+    raw: dict[str, Any] = {}
+    if recipe is not None:
+        loaded = yaml.safe_load(recipe_path(recipe).read_text()) or {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"recipe {recipe!r}: top level must be a mapping of fields")
+        raw = loaded
+    for k, v in (data or {}).items():
+        _set_dotted(raw, k, v)
+    for k, v in (overrides or {}).items():
+        _set_dotted(raw, k, v)
+    try:
+        return RunConfig.model_validate(raw)
+    except ValidationError as err:
+        raise ConfigError(format_validation_error(err)) from None
