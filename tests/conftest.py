@@ -25,5 +25,7 @@ def tiny_teacher_dir(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: P
     from tsrl.models import build_tiny_model, load_tokenizer
 
     return build_tiny_model(
-        tmp_path_factory.mktemp("teacher") / "model", seed=1, tokenizer=load_tokenizer(tiny_model_dir)
+        tmp_path_factory.mktemp("teacher") / "model",
+        seed=1,
+        tokenizer=load_tokenizer(tiny_model_dir),
     )

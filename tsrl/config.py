@@ -63,7 +63,9 @@ class OptimConfig(_Section):
     beta1: float = Field(0.9, ge=0, lt=1)
     beta2: float = Field(0.999, ge=0, lt=1)
     eps: float = Field(1e-8, gt=0)
-    max_grad_norm: float = Field(1.0, gt=0, description="global-norm clip; use a large value to disable")
+    max_grad_norm: float = Field(
+        1.0, gt=0, description="global-norm clip; use a large value to disable"
+    )
 
 
 class LearnerConfig(_Section):
@@ -121,22 +123,26 @@ class RunConfig(_Section):
     checkpoint_every: int = Field(0, ge=0, description="0 disables checkpoints")
     output_dir: str = "runs/default"
     mfu_peak_flops: float = Field(1e11, gt=0, description="peak FLOP/s used for MFU")
-    model: ModelConfig = ModelConfig()
-    optim: OptimConfig = OptimConfig()
-    learner: LearnerConfig = LearnerConfig()
-    rollout: RolloutConfig = RolloutConfig()
-    teacher: TeacherConfig = TeacherConfig()
-    env: EnvConfig = EnvConfig()
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    learner: LearnerConfig = Field(default_factory=LearnerConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    teacher: TeacherConfig = Field(default_factory=TeacherConfig)
+    env: EnvConfig = Field(default_factory=EnvConfig)
 
     @model_validator(mode="after")
     def _cross(self) -> RunConfig:
-        if self.objective is Objective.OPD and self.teacher.model is None and self.env.name != "toy":
+        if (
+            self.objective is Objective.OPD
+            and self.teacher.model is None
+            and self.env.name != "toy"
+        ):
             raise ValueError(
                 "objective 'opd' needs teacher.model: set teacher.model to a model directory"
             )
-        if self.objective is Objective.GRPO and self.learner.estimator is Estimator.RLOO:
-            if self.rollout.group_size < 2:
-                raise ValueError("estimator 'rloo' needs rollout.group_size >= 2: raise group_size")
+        rloo = self.objective is Objective.GRPO and self.learner.estimator is Estimator.RLOO
+        if rloo and self.rollout.group_size < 2:
+            raise ValueError("estimator 'rloo' needs rollout.group_size >= 2: raise group_size")
         return self
 
 

@@ -16,13 +16,100 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 SPECIAL_TOKENS = ["<pad>", "<s>", "</s>", "<unk>", "<tool>", "</tool>", "<obs>", "</obs>"]
 
-_WORDS = (
-    "ls cd cat grep sed awk echo python pytest git diff apply patch def return import class self "
-    "if else for while in and or not None True False print open read write file path tests src "
-    "main fix bug error value index list dict str int float len range assert submit bash view "
-    "edit replace line col the a of to is was with from that this it on at by be as are ok fail "
-    "pass passed failed run make build install output input json yaml task reward agent tool"
-).split()
+_WORDS = [
+    "ls",
+    "cd",
+    "cat",
+    "grep",
+    "sed",
+    "awk",
+    "echo",
+    "python",
+    "pytest",
+    "git",
+    "diff",
+    "apply",
+    "patch",
+    "def",
+    "return",
+    "import",
+    "class",
+    "self",
+    "if",
+    "else",
+    "for",
+    "while",
+    "in",
+    "and",
+    "or",
+    "not",
+    "None",
+    "True",
+    "False",
+    "print",
+    "open",
+    "read",
+    "write",
+    "file",
+    "path",
+    "tests",
+    "src",
+    "main",
+    "fix",
+    "bug",
+    "error",
+    "value",
+    "index",
+    "list",
+    "dict",
+    "str",
+    "int",
+    "float",
+    "len",
+    "range",
+    "assert",
+    "submit",
+    "bash",
+    "view",
+    "edit",
+    "replace",
+    "line",
+    "col",
+    "the",
+    "a",
+    "of",
+    "to",
+    "is",
+    "was",
+    "with",
+    "from",
+    "that",
+    "this",
+    "it",
+    "on",
+    "at",
+    "by",
+    "be",
+    "as",
+    "are",
+    "ok",
+    "fail",
+    "pass",
+    "passed",
+    "failed",
+    "run",
+    "make",
+    "build",
+    "install",
+    "output",
+    "input",
+    "json",
+    "yaml",
+    "task",
+    "reward",
+    "agent",
+    "tool",
+]
 
 
 def _corpus(seed: int, n_lines: int = 4000) -> list[str]:
@@ -74,7 +161,6 @@ def tiny_config(vocab_size: int, *, hidden: int = 64, layers: int = 2) -> LlamaC
         pad_token_id=0,
         bos_token_id=1,
         eos_token_id=2,
-        attn_implementation="eager",
     )
 
 
@@ -115,6 +201,8 @@ def load_tokenizer(model_dir: str | Path) -> PreTrainedTokenizerFast:
 
 
 def load_model(model_dir: str | Path, *, dtype: torch.dtype = torch.float32) -> LlamaForCausalLM:
-    model = LlamaForCausalLM.from_pretrained(str(model_dir), dtype=dtype, attn_implementation="eager")
+    model = LlamaForCausalLM.from_pretrained(
+        str(model_dir), dtype=dtype, attn_implementation="eager"
+    )
     model.eval()  # no dropout: gradients must be a pure function of theta and the batch
     return model

@@ -16,7 +16,9 @@ def _sha(p: Path) -> str:
     return hashlib.sha256(p.read_bytes()).hexdigest()
 
 
-def test_tiny_model_is_deterministic_and_loads_offline(tmp_path: Path, tiny_model_dir: Path) -> None:
+def test_tiny_model_is_deterministic_and_loads_offline(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
     again = build_tiny_model(tmp_path / "again", seed=0)
     assert _sha(again / "model.safetensors") == _sha(tiny_model_dir / "model.safetensors")
     other = build_tiny_model(tmp_path / "other", seed=3)
