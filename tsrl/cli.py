@@ -1,22 +1,23 @@
 """`tsrl`: the command-line entry point.
 
-Each package contributes its commands through `<package>/commands.py:register(app)`, so a package
-owns its CLI surface and this file stays a short list.
+Each package contributes commands from its own `cli_*.py` modules (discovered below), which add to
+`tsrl.cli_groups.app` or to a shared group such as `bench_app`. A package owns its CLI surface, and
+this file never needs editing when one is added.
 """
 
 from __future__ import annotations
 
 import importlib
 import json
+import pkgutil
+from pathlib import Path
 
 import typer
 
+from tsrl.cli_groups import app, model_app
 from tsrl.config import ConfigError, RunConfig, load_run_config
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="ThunderSync training service")
-model_app = typer.Typer(no_args_is_help=True, help="Build models (no hub access needed).")
 config_app = typer.Typer(no_args_is_help=True, help="Inspect and validate run configs.")
-app.add_typer(model_app, name="model")
 app.add_typer(config_app, name="config")
 
 
@@ -57,25 +58,18 @@ def config_schema() -> None:
     typer.echo(json.dumps(RunConfig.model_json_schema(), indent=2))
 
 
-_COMMAND_MODULES = [
-    "learner.commands",
-    "bench.commands",
-    "sandbox.commands",
-    "rollout.commands",
-    "teacher.commands",
-    "bus.commands",
-    "service.commands",
-]
+_PACKAGES = ["learner", "bench", "sandbox", "rollout", "teacher", "bus", "service"]
+_ROOT = Path(__file__).resolve().parent.parent
 
-for _name in _COMMAND_MODULES:
-    try:
-        _mod = importlib.import_module(_name)
-    except ModuleNotFoundError as _e:
-        if _e.name != _name:
-            raise
-        continue
-    _mod.register(app)
 
+def _discover() -> None:
+    for pkg in _PACKAGES:
+        for info in pkgutil.iter_modules([str(_ROOT / pkg)]):
+            if info.name.startswith("cli_"):
+                importlib.import_module(f"{pkg}.{info.name}")
+
+
+_discover()
 
 if __name__ == "__main__":
     app()
