@@ -1,0 +1,203 @@
+"""Typed events that cross the bus between rollout workers, the driver and the learner.
+
+Every event is a frozen pydantic model with a literal `type` tag, so one JSON line decodes back into
+the right class (`decode_event`) on any backend. Each event also names a *natural dedup key*
+(`dedup_key()`): for a `SourceReady` it is the unique source id, for control events the
+(run, update, group / replica / version) they describe. A publisher that retries after a timeout
+may therefore publish the same fact twice; the consumer's applied-key ledger
+(`bus.ledger`) makes sure it is applied once, which is what keeps a gradient from being counted
+twice after a redelivery.
+
+Token payloads follow one layout for both objectives: `token_ids` is the full sequence
+`[prompt; continuation]`, `prompt_len` its prompt part, `action_mask` (same length, 0/1) marks the
+scored tokens, and `teacher_logprobs` (OPD only, same length) holds log pi_T of each token (entries
+where the mask is 0 are ignored).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
+
+
+class SourceKind(StrEnum):
+    GRPO_TRAJECTORY = "grpo_trajectory"  # content fixed (reward may come later as grpo_reward)
+    GRPO_REWARD = "grpo_reward"  # binds a reward to an already-sent trajectory
+    OPD_TURN = "opd_turn"  # one teacher-scored turn
+
+
+class Role(StrEnum):
+    ROLLOUT = "rollout"
+    TOOL = "tool"
+    TEACHER = "teacher"
+    LEARNER = "learner"
+    BARRIER = "barrier"
+
+
+def _new_id() -> str:
+    return uuid.uuid4().hex
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    event_id: str = Field(default_factory=_new_id, description="unique per publish call")
+    emitted_at: float = Field(default_factory=time.time, description="unix seconds at creation")
+    run_id: str
+
+    def dedup_key(self) -> str:
+        """Key under which the consumer's ledger records this event as applied."""
+        return f"event:{self.event_id}"
+
+
+class SourceReady(_Event):
+    """A learner work item whose inputs are fixed: a GRPO trajectory / reward or an OPD turn."""
+
+    type: Literal["source_ready"] = "source_ready"
+    kind: SourceKind
+    source_id: str = Field(min_length=1, description="unique across the run")
+    update: int = Field(ge=0)
+    policy_version: int = Field(ge=0, description="version of theta that generated the tokens")
+    group_id: str
+    traj_id: str
+    turn: int = Field(0, ge=0)
+    ready_at: float = Field(default_factory=time.time, description="unix s the source became ready")
+    token_ids: list[int] = Field(default_factory=list)
+    action_mask: list[int] = Field(default_factory=list)
+    prompt_len: int = Field(0, ge=0)
+    reward: float | None = None
+    teacher_logprobs: list[float] | None = None
+
+    @model_validator(mode="after")
+    def _check_payload(self) -> SourceReady:
+        n = len(self.token_ids)
+        if len(self.action_mask) != n:
+            raise ValueError(
+                f"action_mask has {len(self.action_mask)} entries but token_ids has {n}: "
+                "give one 0/1 flag per token"
+            )
+        if any(v not in (0, 1) for v in self.action_mask):
+            raise ValueError("action_mask must hold only 0 and 1")
+        if self.prompt_len > n:
+            raise ValueError(f"prompt_len={self.prompt_len} exceeds the {n} tokens sent")
+        if self.kind == SourceKind.GRPO_REWARD and self.reward is None:
+            raise ValueError("a grpo_reward source needs reward set")
+        if self.kind == SourceKind.OPD_TURN:
+            if self.teacher_logprobs is None:
+                raise ValueError("an opd_turn source needs teacher_logprobs (one per token)")
+            if len(self.teacher_logprobs) != n:
+                raise ValueError(
+                    f"teacher_logprobs has {len(self.teacher_logprobs)} entries, token_ids {n}"
+                )
+        return self
+
+    def dedup_key(self) -> str:
+        return f"source:{self.source_id}"
+
+
+class GroupRegistered(_Event):
+    type: Literal["group_registered"] = "group_registered"
+    update: int = Field(ge=0)
+    group_id: str
+    size: int = Field(ge=1, description="trajectories in the group (m)")
+
+    def dedup_key(self) -> str:
+        return f"group_registered:{self.run_id}:{self.update}:{self.group_id}"
+
+
+class GroupClosed(_Event):
+    type: Literal["group_closed"] = "group_closed"
+    update: int = Field(ge=0)
+    group_id: str
+    sources: int = Field(ge=0, description="source events sent for this group")
+
+    def dedup_key(self) -> str:
+        return f"group_closed:{self.run_id}:{self.update}:{self.group_id}"
+
+
+class BatchClosed(_Event):
+    type: Literal["batch_closed"] = "batch_closed"
+    update: int = Field(ge=0)
+    groups: int = Field(ge=0)
+    sources: int = Field(ge=0)
+
+    def dedup_key(self) -> str:
+        return f"batch_closed:{self.run_id}:{self.update}"
+
+
+class PolicyPublished(_Event):
+    type: Literal["policy_published"] = "policy_published"
+    version: int = Field(ge=0)
+    uri: str = Field("", description="where replicas load the weights from")
+
+    def dedup_key(self) -> str:
+        return f"policy_published:{self.run_id}:{self.version}"
+
+
+class ReplicaAcked(_Event):
+    type: Literal["replica_acked"] = "replica_acked"
+    replica_id: str
+    version: int = Field(ge=0)
+
+    def dedup_key(self) -> str:
+        return f"replica_acked:{self.run_id}:{self.replica_id}:{self.version}"
+
+
+class Span(_Event):
+    """A timeline span (same fields as a line of DIR/spans.jsonl)."""
+
+    type: Literal["span"] = "span"
+    update: int = Field(ge=0)
+    role: Role
+    kind: str
+    ids: dict[str, str] = Field(default_factory=dict)
+    start: float
+    end: float
+    ready: float | None = None
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Span:
+        if self.end < self.start:
+            raise ValueError(f"span ends ({self.end}) before it starts ({self.start})")
+        return self
+
+    def to_jsonl_record(self) -> dict[str, Any]:
+        """The DIR/spans.jsonl line of docs/CONTRACTS.md."""
+        rec: dict[str, Any] = {
+            "type": "span",
+            "update": self.update,
+            "role": str(self.role),
+            "kind": self.kind,
+            "ids": dict(self.ids),
+            "start": self.start,
+            "end": self.end,
+        }
+        if self.ready is not None:
+            rec["ready"] = self.ready
+        return rec
+
+
+Event = Annotated[
+    SourceReady
+    | GroupRegistered
+    | GroupClosed
+    | BatchClosed
+    | PolicyPublished
+    | ReplicaAcked
+    | Span,
+    Field(discriminator="type"),
+]
+_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+
+
+def encode_event(event: Event) -> str:
+    return event.model_dump_json()
+
+
+def decode_event(data: str | bytes) -> Event:
+    """Parse one encoded event; raises pydantic.ValidationError naming the bad field."""
+    return _ADAPTER.validate_json(data)

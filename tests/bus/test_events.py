@@ -1,0 +1,120 @@
+from __future__ import annotations
+
+import pytest
+from bus_helpers import source
+from pydantic import ValidationError
+
+from bus.events import (
+    BatchClosed,
+    Event,
+    GroupClosed,
+    GroupRegistered,
+    PolicyPublished,
+    ReplicaAcked,
+    Role,
+    SourceKind,
+    SourceReady,
+    Span,
+    decode_event,
+    encode_event,
+)
+from bus.protocol import Topic, default_topic
+
+
+def test_every_event_type_round_trips_through_json() -> None:
+    events: list[Event] = [
+        source(3),
+        SourceReady(
+            run_id="r",
+            kind=SourceKind.OPD_TURN,
+            source_id="o1",
+            update=1,
+            policy_version=1,
+            group_id="g",
+            traj_id="t",
+            turn=2,
+            token_ids=[5, 6],
+            action_mask=[0, 1],
+            prompt_len=1,
+            teacher_logprobs=[0.0, -0.5],
+        ),
+        GroupRegistered(run_id="r", update=0, group_id="g", size=4),
+        GroupClosed(run_id="r", update=0, group_id="g", sources=4),
+        BatchClosed(run_id="r", update=0, groups=2, sources=8),
+        PolicyPublished(run_id="r", version=1, uri="file:///w"),
+        ReplicaAcked(run_id="r", replica_id="rep0", version=1),
+        Span(
+            run_id="r", update=0, role=Role.LEARNER, kind="backward", start=1.0, end=2.0, ready=0.5
+        ),
+    ]
+    for ev in events:
+        back = decode_event(encode_event(ev))
+        assert type(back) is type(ev)
+        assert back == ev
+
+
+def test_mask_length_mismatch_is_rejected_with_the_fix() -> None:
+    with pytest.raises(ValidationError, match="one 0/1 flag per token"):
+        SourceReady(
+            run_id="r",
+            kind=SourceKind.GRPO_TRAJECTORY,
+            source_id="s",
+            update=0,
+            policy_version=0,
+            group_id="g",
+            traj_id="t",
+            token_ids=[1, 2],
+            action_mask=[1],
+        )
+
+
+def test_opd_turn_requires_teacher_logprobs() -> None:
+    with pytest.raises(ValidationError, match="teacher_logprobs"):
+        SourceReady(
+            run_id="r",
+            kind=SourceKind.OPD_TURN,
+            source_id="s",
+            update=0,
+            policy_version=0,
+            group_id="g",
+            traj_id="t",
+        )
+
+
+def test_dedup_key_is_the_source_id_not_the_event_id() -> None:
+    a, b = source(1, source_id="same"), source(2, source_id="same")
+    assert a.event_id != b.event_id
+    assert a.dedup_key() == b.dedup_key()
+
+
+def test_barrier_events_share_the_learner_topic_so_they_cannot_overtake_sources() -> None:
+    assert default_topic(source(0)) == Topic.LEARNER
+    assert (
+        default_topic(GroupClosed(run_id="r", update=0, group_id="g", sources=1)) == Topic.LEARNER
+    )
+    assert default_topic(BatchClosed(run_id="r", update=0, groups=1, sources=1)) == Topic.LEARNER
+    assert default_topic(PolicyPublished(run_id="r", version=1)) == Topic.CONTROL
+
+
+def test_span_serialises_to_the_spans_jsonl_contract() -> None:
+    s = Span(
+        run_id="r",
+        update=3,
+        role=Role.LEARNER,
+        kind="grpo",
+        ids={"source": "s1"},
+        start=1,
+        end=2,
+        ready=0.5,
+    )
+    rec = s.to_jsonl_record()
+    assert rec == {
+        "type": "span",
+        "update": 3,
+        "role": "learner",
+        "kind": "grpo",
+        "ids": {"source": "s1"},
+        "start": 1.0,
+        "end": 2.0,
+        "ready": 0.5,
+    }
