@@ -1,0 +1,126 @@
+"""The executor seam: one small Protocol that every sandbox backend implements.
+
+Rollout workers and environments only ever see `Executor` / `Session` and the typed `ExecResult`,
+so the local bubblewrap backend (laptops, CI without Docker) and the docker backend (clusters;
+podman's Docker-compatible socket here) are interchangeable. A failing or hostile command comes
+back as data (exit code, timed_out, oom_killed, truncated output); only a broken sandbox (missing
+binary, daemon down) raises `SandboxError`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+
+class Backend(StrEnum):
+    LOCAL = "local"
+    DOCKER = "docker"
+
+
+class SandboxError(RuntimeError):
+    """The sandbox itself is broken (not the command run inside it)."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-session resource limits (applied per exec where the backend works per process)."""
+
+    memory_mb: int = 1024
+    pids: int = 256
+    cpus: float = 1.0
+    cpu_seconds: int = 600
+    file_size_mb: int = 512
+    open_files: int = 1024
+    output_bytes: int = 256 * 1024  # per stream; head half + tail half are kept
+
+
+@dataclass(frozen=True)
+class SessionSpec:
+    """What a session is opened for.
+
+    `workdir` is the host directory whose contents become the writable task directory (copied in
+    for docker, bind-mounted for local). `mount_at` is its path inside the sandbox.
+    """
+
+    workdir: Path | None = None
+    mount_at: str = "/task"
+    image: str | None = None
+    network: bool = False
+    limits: Limits = field(default_factory=Limits)
+    env: dict[str, str] = field(default_factory=dict)
+    label: str = "task"
+
+
+@dataclass
+class ExecResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+    truncated: bool = False
+    timed_out: bool = False
+    oom_killed: bool = False
+    duration_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out and not self.oom_killed
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def combined(self, limit: int = 8000) -> str:
+        """stdout + stderr for an agent observation, clipped to `limit` characters."""
+        text = self.stdout + (("\n" + self.stderr) if self.stderr else "")
+        if self.timed_out:
+            text += "\n[timed out]"
+        if self.oom_killed:
+            text += "\n[killed: out of memory]"
+        if len(text) > limit:
+            half = limit // 2
+            text = text[:half] + "\n[... output clipped ...]\n" + text[-half:]
+        return text
+
+
+@runtime_checkable
+class Session(Protocol):
+    """One isolated workspace. Commands run with `mount_at` as the working directory."""
+
+    @property
+    def workdir_inside(self) -> str: ...
+
+    def exec(
+        self, cmd: str, timeout: float = 60.0, env: dict[str, str] | None = None
+    ) -> ExecResult: ...
+
+    def put_file(self, path: str, data: bytes) -> None: ...
+
+    def get_file(self, path: str) -> bytes | None: ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class Executor(Protocol):
+    backend: Backend
+
+    def open(self, spec: SessionSpec) -> Session: ...
+
+
+def get_executor(backend: Backend | str, **kwargs: Any) -> Executor:
+    """The executor for `backend` ("local" or "docker")."""
+    try:
+        name = Backend(backend)
+    except ValueError:
+        raise SandboxError(
+            f"unknown sandbox backend {backend!r}; expected one of {[b.value for b in Backend]}"
+        ) from None
+    if name is Backend.LOCAL:
+        from sandbox.local import LocalExecutor
+
+        return LocalExecutor(**kwargs)
+    from sandbox.docker_backend import DockerExecutor
+
+    return DockerExecutor(**kwargs)

@@ -1,0 +1,314 @@
+"""`local` backend: every exec runs under bubblewrap, for machines without a container engine.
+
+Threat model. The command is untrusted model output: assume it is actively hostile.
+Covered:
+- network: a fresh network namespace with only a down loopback (no host loopback, no internet);
+- filesystem: read-only /usr (system tools, python3, pytest, git), a minimal generated /etc, fresh
+  /proc and /dev, tmpfs /tmp; the only writable host path is the session's own copy of the task
+  directory. Host files outside it are not mounted at all;
+- identity: the launcher drops to uid/gid 65534 on the host *before* bubblewrap, so even a
+  namespace escape lands as `nobody`; no capabilities, no_new_privs (setuid binaries are inert),
+  nested user namespaces disabled, a new session (no TIOCSTI into the caller's terminal);
+- processes: a pid namespace (host processes are invisible and unsignalable); when the command
+  ends or times out, the namespace's init dies and the kernel kills everything left, and the
+  cgroup leaf is swept as a backstop (daemonised / setsid children included);
+- resources: rlimits (CPU seconds, address space, file size, open files, processes, no core
+  dumps), cgroup-v1 memory / pids / cpu quota where the host has them, a wall-clock timeout,
+  output capped to head + tail per stream.
+Not covered: kernel exploits (bubblewrap shares the host kernel - use the docker backend with a
+VM-backed runtime for stronger isolation), CPU cache side channels, disk bandwidth / inode
+exhaustion inside the task directory beyond the file-size rlimit, and the task directory's own
+contents (the agent may destroy its workspace; that is its problem). Without root the uid drop
+and cgroups are skipped (the caller's uid is used) - every other layer still applies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import uuid
+from pathlib import Path, PurePosixPath
+
+from sandbox import cgroups
+from sandbox.executor import Backend, ExecResult, Limits, SandboxError, SessionSpec
+from sandbox.output import HeadTail, drain
+
+SANDBOX_UID = 65534
+BASE_ENV = {
+    "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "HOME": "/tmp",
+    "LANG": "C.UTF-8",
+    "TERM": "dumb",
+    "PYTHONDONTWRITEBYTECODE": "1",
+}
+_ETC_SHARED = [
+    "alternatives",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "localtime",
+    "nsswitch.conf",
+    "python3",
+    "python3.11",
+    "ssl",
+]
+_USR_LINKS = [
+    ("usr/bin", "/bin"),
+    ("usr/sbin", "/sbin"),
+    ("usr/lib", "/lib"),
+    ("usr/lib64", "/lib64"),
+]
+
+
+def _require(binary: str) -> str:
+    path = shutil.which(binary)
+    if not path:
+        raise SandboxError(
+            f"`{binary}` not found: the local sandbox needs it; run "
+            "`sudo bash scripts/setup.d/20-sandbox.sh` (installs bubblewrap, util-linux tools)"
+        )
+    return path
+
+
+class LocalSession:
+    def __init__(self, spec: SessionSpec, base: Path, privileged: bool) -> None:
+        self.spec = spec
+        self.id = uuid.uuid4().hex[:12]
+        self.privileged = privileged
+        self.root = Path(tempfile.mkdtemp(prefix=f"{spec.label}-{self.id}-", dir=base))
+        os.chmod(self.root, 0o711)
+        self.task = self.root / "task"
+        self.etc = self.root / "etc"
+        self.etc.mkdir()
+        (self.etc / "passwd").write_text(
+            "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/tmp:/bin/sh\n"
+        )
+        (self.etc / "group").write_text("root:x:0:\nnogroup:x:65534:\n")
+        (self.etc / "hostname").write_text("sandbox\n")
+        self._closed = False
+        self.reset()
+
+    @property
+    def workdir_inside(self) -> str:
+        return self.spec.mount_at
+
+    def reset(self) -> None:
+        """Restore the task directory to a fresh copy of `spec.workdir` (or empty)."""
+        if self.task.exists():
+            shutil.rmtree(self.task)
+        if self.spec.workdir is not None:
+            shutil.copytree(self.spec.workdir, self.task, symlinks=True)
+        else:
+            self.task.mkdir()
+        if self.privileged:
+            for dirpath, dirnames, filenames in os.walk(self.task):
+                os.chown(dirpath, SANDBOX_UID, SANDBOX_UID)
+                for n in dirnames + filenames:
+                    os.lchown(os.path.join(dirpath, n), SANDBOX_UID, SANDBOX_UID)
+
+    # ---- command construction -------------------------------------------------------------
+    def _bwrap_argv(
+        self, cmd: list[str], env: dict[str, str], binds: list[tuple[Path, str]] | None = None
+    ) -> list[str]:
+        argv = [_require("bwrap"), "--unshare-all", "--unshare-user", "--disable-userns"]
+        argv += ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", "sandbox"]
+        if self.spec.network:
+            argv += ["--share-net"]
+        argv += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
+        argv += ["--ro-bind", "/usr", "/usr"]
+        for target, link in _USR_LINKS:
+            if Path(link).is_symlink() or Path(link).exists():
+                argv += ["--symlink", target, link]
+        argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/etc"]
+        for name in _ETC_SHARED:
+            if Path("/etc", name).exists():
+                argv += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
+        if self.spec.network and Path("/etc/resolv.conf").exists():
+            argv += ["--ro-bind", "/etc/resolv.conf", "/etc/resolv.conf"]
+        for name in ("passwd", "group", "hostname"):
+            argv += ["--ro-bind", str(self.etc / name), f"/etc/{name}"]
+        argv += ["--bind", str(self.task), self.spec.mount_at, "--chdir", self.spec.mount_at]
+        for src, dst in binds or []:
+            argv += ["--ro-bind", str(src), dst]
+        argv += ["--remount-ro", "/"]  # the tmpfs root: nothing new can appear outside the binds
+        argv += ["--clearenv"]
+        for k, v in env.items():
+            argv += ["--setenv", k, v]
+        return argv + ["--"] + cmd
+
+    def _limit_argv(self, limits: Limits, cgroup_on: bool) -> list[str]:
+        mem = limits.memory_mb * 1024 * 1024
+        address = mem * 4 if cgroup_on else mem
+        nproc = limits.pids * 8 if cgroup_on else limits.pids
+        return [
+            _require("prlimit"),
+            f"--cpu={limits.cpu_seconds}",
+            f"--as={address}",
+            f"--fsize={limits.file_size_mb * 1024 * 1024}",
+            f"--nofile={limits.open_files}",
+            f"--nproc={nproc}",
+            "--core=0",
+            "--",
+        ]
+
+    # ---- running --------------------------------------------------------------------------
+    def run_argv(
+        self,
+        cmd: list[str],
+        timeout: float,
+        env: dict[str, str] | None = None,
+        output_cap: int | None = None,
+        binds: list[tuple[Path, str]] | None = None,
+    ) -> tuple[ExecResult, bytes]:
+        if self._closed:
+            raise SandboxError(f"session {self.id} is closed")
+        limits = self.spec.limits
+        cap = output_cap or limits.output_bytes
+        full_env = {**BASE_ENV, **self.spec.env, **(env or {})}
+        leaf = None
+        if self.privileged:
+            leaf = cgroups.CgroupLeaf.create(
+                f"{self.id}-{uuid.uuid4().hex[:6]}", limits.memory_mb, limits.pids, limits.cpus
+            )
+        inner = self._limit_argv(limits, leaf is not None) + self._bwrap_argv(cmd, full_env, binds)
+        if self.privileged:
+            inner = [
+                _require("setpriv"),
+                f"--reuid={SANDBOX_UID}",
+                f"--regid={SANDBOX_UID}",
+                "--clear-groups",
+                "--inh-caps=-all",
+                "--bounding-set=-all",
+                "--no-new-privs",
+                "--",
+                *inner,
+            ]
+        procs = leaf.procs_files if leaf else []
+        launcher = 'for p in "$@"; do [ "$p" = -- ] && break; echo $$ > "$p"; shift; done; shift; exec "$@"'
+        argv = ["/bin/sh", "-c", launcher, "sh", *procs, "--", *inner]
+        out, err = HeadTail(cap), HeadTail(limits.output_bytes)
+        start = time.monotonic()
+        timed_out = False
+        try:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                cwd="/",
+                env={"PATH": BASE_ENV["PATH"]},
+            )
+        except OSError as e:
+            if leaf:
+                leaf.destroy()
+            raise SandboxError(f"could not start bubblewrap: {e}") from e
+        assert proc.stdout is not None and proc.stderr is not None
+        threads = [drain(proc.stdout, out), drain(proc.stderr, err)]
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            self._kill(proc, leaf)
+        finally:
+            if proc.poll() is None:
+                self._kill(proc, leaf)
+        for t in threads:
+            t.join(timeout=5)
+        duration = time.monotonic() - start
+        oom = False
+        if leaf:
+            oom = leaf.oom_kills() > 0
+            leaf.destroy()
+        code = proc.returncode if proc.returncode is not None else -9
+        stderr_text = err.text()
+        if code == 1 and not out.total and stderr_text.startswith("bwrap:"):
+            raise SandboxError(f"bubblewrap failed to set up the sandbox: {stderr_text.strip()}")
+        result = ExecResult(
+            exit_code=128 + 9 if timed_out else code,
+            stdout=out.text(),
+            stderr=stderr_text,
+            truncated=out.truncated or err.truncated,
+            timed_out=timed_out,
+            oom_killed=oom,
+            duration_s=round(duration, 4),
+        )
+        raw = bytes(out.head) + bytes(out.tail) if not out.truncated else b""
+        return result, raw
+
+    @staticmethod
+    def _kill(proc: subprocess.Popen[bytes], leaf: cgroups.CgroupLeaf | None) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, 9)
+        if leaf:
+            leaf.kill_all()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=10)
+
+    def exec(
+        self, cmd: str, timeout: float = 60.0, env: dict[str, str] | None = None
+    ) -> ExecResult:
+        result, _ = self.run_argv(["/bin/bash", "-c", cmd], timeout, env)
+        return result
+
+    def _inside(self, path: str) -> str:
+        p = PurePosixPath(path)
+        return str(p if p.is_absolute() else PurePosixPath(self.spec.mount_at) / p)
+
+    def put_file(self, path: str, data: bytes) -> None:
+        """Write a file through the sandbox itself (never follows links as root on the host)."""
+        staging = self.root / f"put-{uuid.uuid4().hex[:8]}"
+        staging.write_bytes(data)
+        os.chmod(staging, 0o644)
+        try:
+            cmd = [
+                "/bin/sh",
+                "-c",
+                'mkdir -p "$(dirname "$1")" && cat /put.in > "$1"',
+                "sh",
+                self._inside(path),
+            ]
+            res, _ = self.run_argv(cmd, 60, binds=[(staging, "/put.in")])
+        finally:
+            staging.unlink(missing_ok=True)
+        if res.exit_code != 0:
+            raise SandboxError(f"put_file({path!r}) failed: {res.stderr.strip()}")
+
+    def get_file(self, path: str) -> bytes | None:
+        res, raw = self.run_argv(
+            ["/bin/cat", "--", self._inside(path)], 60, output_cap=256 * 1024 * 1024
+        )
+        return raw if res.exit_code == 0 else None
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> LocalSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class LocalExecutor:
+    backend = Backend.LOCAL
+
+    def __init__(self, base_dir: str | Path | None = None) -> None:
+        _require("bwrap")
+        self.privileged = os.geteuid() == 0
+        base = Path(
+            base_dir or os.environ.get("THUNDERSYNC_SANDBOX_DIR", "/tmp/thundersync-sandbox")
+        )
+        base.mkdir(parents=True, exist_ok=True)
+        os.chmod(base, 0o711)
+        self.base = base
+
+    def open(self, spec: SessionSpec) -> LocalSession:
+        return LocalSession(spec, self.base, self.privileged)
