@@ -1,1 +1,11 @@
-"""learner/objectives"""
+"""Objectives as small pure functions plus the advantage-estimator registry."""
+
+from learner.objectives.grpo import (
+    ESTIMATORS,
+    GroupCoefficients,
+    advantages,
+    group_coefficients,
+)
+from learner.objectives.opd import opd_advantages
+
+__all__ = ["ESTIMATORS", "GroupCoefficients", "advantages", "group_coefficients", "opd_advantages"]

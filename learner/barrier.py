@@ -1,0 +1,89 @@
+"""The barrier: close checks -> reduce across ranks -> normalise -> clip -> one AdamW step -> publish.
+
+Exactly one optimizer step per update, and none while any source of the update is still open: a
+failed rollout, a dead teacher or a killed learner can delay the step but never make it partial.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from learner.engine import GradientEngine
+from learner.parallel import ParallelContext, StepOptimizer
+from tsrl.config import Objective
+
+
+class BarrierError(RuntimeError):
+    """The update cannot step yet; the message lists what is still open."""
+
+
+class Publisher(Protocol):
+    """Pushes theta_{version} to every rollout replica; returns the version they acknowledged."""
+
+    def __call__(self, version: int, weights: dict[str, torch.Tensor]) -> int: ...
+
+
+@dataclass(frozen=True)
+class StepStats:
+    version: int
+    grad_norm: float
+    clip_coef: float
+    normaliser: float
+    reduce_s: float
+    step_s: float
+    publish_s: float
+    grad: torch.Tensor  # the normalised, pre-clip gradient (flat, accum dtype), for equivalence
+
+
+def barrier_step(
+    engine: GradientEngine,
+    *,
+    objective: Objective,
+    optimizer: StepOptimizer,
+    ctx: ParallelContext,
+    max_grad_norm: float,
+    version: int,
+    publish: Publisher | None,
+    weights: dict[str, torch.Tensor] | None = None,
+) -> StepStats:
+    why = engine.open_sources()
+    if why:
+        raise BarrierError(
+            f"refusing to step update {version}: "
+            + "; ".join(why[:8])
+            + (f" (+{len(why) - 8} more)" if len(why) > 8 else "")
+            + ". Close every group/trajectory (or call close_batch and drain) before the barrier."
+        )
+    t0 = time.perf_counter()
+    vec = engine.acc.grad.clone()
+    counts = torch.tensor(
+        [float(engine.acc.groups_closed), float(engine.acc.scored_tokens)], dtype=torch.float64
+    )
+    ctx.all_reduce_sum(vec)
+    ctx.all_reduce_sum(counts)
+    t1 = time.perf_counter()
+    normaliser = float(counts[0] if objective is Objective.GRPO else counts[1])
+    if normaliser <= 0:
+        raise BarrierError(
+            f"update {version} has nothing to learn from (no closed groups / scored tokens)"
+        )
+    grad = vec.div_(-normaliser)  # loss = -objective: descend on the negated ascent direction
+    norm = float(grad.double().norm())
+    clip = min(1.0, max_grad_norm / (norm + 1e-6)) if math.isfinite(norm) else 0.0
+    if not math.isfinite(norm):
+        raise BarrierError(f"update {version}: gradient norm is {norm}; the step was not taken")
+    step_grad = grad * clip if clip < 1.0 else grad
+    optimizer.step(engine.spec.unflatten(step_grad))
+    t2 = time.perf_counter()
+    new_version = version + 1
+    if publish is not None:
+        acked = publish(new_version, weights or {})
+        if acked != new_version:
+            raise BarrierError(f"publish of version {new_version} was acknowledged as {acked}")
+    t3 = time.perf_counter()
+    return StepStats(new_version, norm, clip, normaliser, t1 - t0, t2 - t1, t3 - t2, grad)

@@ -1,0 +1,165 @@
+"""Distributed plumbing: rank context, cross-rank reduction, and the FSDP2-sharded optimizer.
+
+Why the compute model is a full replica during an update: streaming ranks apply *different*
+sources at *different* times. FSDP's per-forward all-gather and per-backward reduce-scatter are
+collectives that would put the ranks back in lock-step (one rank idles until the other reaches its
+next source), which is exactly the waiting this product removes. theta_k is fixed for the whole
+update anyway, so each rank gathers it once per update, accumulates its own sources on the host,
+and the only collective is the all-reduce at the barrier. Parameters and AdamW state live sharded
+under FSDP2 `fully_shard` (the memory that scales with the optimizer), and the step runs there.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from tsrl.config import OptimConfig
+
+
+@dataclass(frozen=True)
+class ParallelContext:
+    rank: int = 0
+    world: int = 1
+
+    @property
+    def distributed(self) -> bool:
+        return self.world > 1
+
+    def all_reduce_sum(self, t: torch.Tensor) -> torch.Tensor:
+        if self.distributed:
+            dist.all_reduce(t, op=dist.ReduceOp.SUM)
+        return t
+
+    def owns(self, index: int) -> bool:
+        """Sources are placed on ranks by group / trajectory index, round robin."""
+        return index % self.world == self.rank
+
+
+def init_process_group(rank: int, world: int, port: int) -> ParallelContext:
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    return ParallelContext(rank=rank, world=world)
+
+
+def _adamw(params: Sequence[nn.Parameter], cfg: OptimConfig) -> torch.optim.AdamW:
+    return torch.optim.AdamW(
+        params,
+        lr=cfg.lr,
+        betas=(cfg.beta1, cfg.beta2),
+        eps=cfg.eps,
+        weight_decay=cfg.weight_decay,
+        foreach=False,
+    )
+
+
+class StepOptimizer(Protocol):
+    def step(self, grads: Sequence[torch.Tensor]) -> None: ...
+    def state_dict(self) -> dict[str, Any]: ...
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+class LocalOptimizer:
+    """One process: AdamW directly on the model's trainable parameters."""
+
+    def __init__(self, params: Sequence[nn.Parameter], cfg: OptimConfig) -> None:
+        self.params = list(params)
+        self.opt = _adamw(self.params, cfg)
+
+    def step(self, grads: Sequence[torch.Tensor]) -> None:
+        for p, g in zip(self.params, grads, strict=True):
+            p.grad = g.to(p.dtype)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"optim": self.opt.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.opt.load_state_dict(state["optim"])
+
+
+class FSDP2Optimizer:
+    """AdamW on an FSDP2 (`fully_shard`) copy of the model; the step updates the compute replica."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        params: Sequence[nn.Parameter],
+        cfg: OptimConfig,
+        ctx: ParallelContext,
+    ) -> None:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        self.ctx = ctx
+        self.params = list(params)
+        self.mesh = init_device_mesh("cpu", (ctx.world,))
+        self.shadow = copy.deepcopy(model)
+        layers = getattr(getattr(self.shadow, "model", None), "layers", None)
+        for layer in layers or []:
+            fully_shard(layer, mesh=self.mesh)
+        fully_shard(self.shadow, mesh=self.mesh)
+        trainable = {id(p) for p in self.params}
+        names = [n for n, p in model.named_parameters() if id(p) in trainable]
+        shadow_params = dict(self.shadow.named_parameters())
+        self.sharded: list[Any] = [shadow_params[n] for n in names]  # DTensor parameters
+        self.opt = _adamw(self.sharded, cfg)
+
+    def step(self, grads: Sequence[torch.Tensor]) -> None:
+        from torch.distributed.tensor import distribute_tensor
+
+        for sp, g in zip(self.sharded, grads, strict=True):
+            # every rank holds the same reduced gradient: shard it locally, no communication
+            sp.grad = distribute_tensor(
+                g.to(sp.dtype), self.mesh, sp.placements, src_data_rank=None
+            )
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        with torch.no_grad():
+            for p, sp in zip(self.params, self.sharded, strict=True):
+                p.copy_(sp.full_tensor())
+
+    def state_dict(self) -> dict[str, Any]:
+        local = {
+            str(i): {k: (v.to_local() if hasattr(v, "to_local") else v) for k, v in s.items()}
+            for i, s in enumerate(self.opt.state[p] for p in self.sharded)
+        }
+        shards = [sp.to_local().clone() for sp in self.sharded]
+        return {"rank": self.ctx.rank, "world": self.ctx.world, "state": local, "shards": shards}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        from torch.distributed.tensor import DTensor
+
+        if state["world"] != self.ctx.world or state["rank"] != self.ctx.rank:
+            raise ValueError(
+                f"checkpoint was written by rank {state['rank']} of {state['world']}; resume with "
+                f"learner.ranks={state['world']}"
+            )
+        with torch.no_grad():
+            for sp, shard in zip(self.sharded, state["shards"], strict=True):
+                sp.to_local().copy_(shard)
+        for i, sp in enumerate(self.sharded):
+            saved = state["state"][str(i)]
+            if not saved:
+                continue
+            restored = {}
+            for k, v in saved.items():
+                if k == "step":
+                    restored[k] = v.clone()
+                else:
+                    restored[k] = DTensor.from_local(
+                        v.clone(), self.mesh, sp.placements, shape=sp.shape, stride=sp.stride()
+                    )
+            self.opt.state[sp] = restored
+        with torch.no_grad():
+            for p, sp in zip(self.params, self.sharded, strict=True):
+                p.copy_(sp.full_tensor())

@@ -1,0 +1,113 @@
+"""The learner as a user drives it: open an update at theta_k, feed sources, step at the barrier.
+
+learner = Learner(model, cfg, publish=engines.publish)
+engine = learner.open_update()             # theta_k fixed for every gradient of update k
+engine.register_group(...); engine.submit(source, ready_time); engine.drain()   # as they come
+engine.close_batch(); engine.drain()
+stats = learner.step(engine)               # exactly one optimizer step, then publish + ack
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from learner.barrier import Publisher, StepStats, barrier_step
+from learner.engine import GradientEngine
+from learner.parallel import FSDP2Optimizer, LocalOptimizer, ParallelContext, StepOptimizer
+from tsrl.config import RunConfig, Schedule
+
+_DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
+
+
+def apply_lora(model: nn.Module, rank: int, alpha: float) -> nn.Module:
+    from peft import LoraConfig, get_peft_model
+
+    cfg = LoraConfig(
+        r=rank, lora_alpha=int(alpha), target_modules=["q_proj", "v_proj"], lora_dropout=0.0
+    )
+    return get_peft_model(model, cfg)  # type: ignore[arg-type]
+
+
+class Learner:
+    def __init__(
+        self,
+        model: nn.Module,
+        cfg: RunConfig,
+        *,
+        publish: Publisher | None = None,
+        ctx: ParallelContext | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.ctx = ctx or ParallelContext()
+        if cfg.model.lora_rank > 0:
+            model = apply_lora(model, cfg.model.lora_rank, cfg.model.lora_alpha)
+        self.model = model
+        self.model.eval()  # no dropout: a gradient is a pure function of theta_k and its source
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.names = [n for n, p in model.named_parameters() if p.requires_grad]
+        self.publish = publish
+        self.version = 0
+        self.optimizer: StepOptimizer
+        if self.ctx.distributed:
+            self.optimizer = FSDP2Optimizer(model, self.params, cfg.optim, self.ctx)
+        else:
+            self.optimizer = LocalOptimizer(self.params, cfg.optim)
+
+    def open_update(self, schedule: Schedule | None = None) -> GradientEngine:
+        lc = self.cfg.learner
+        return GradientEngine(
+            self.model,
+            self.params,
+            schedule=schedule or self.cfg.schedule,
+            estimator=lc.estimator,
+            std_eps=lc.std_eps,
+            token_weighting=lc.token_weighting,
+            max_open_groups=lc.max_open_groups,
+            accum_dtype=_DTYPES[lc.accum_dtype],
+        )
+
+    def step(self, engine: GradientEngine) -> StepStats:
+        stats = barrier_step(
+            engine,
+            objective=self.cfg.objective,
+            optimizer=self.optimizer,
+            ctx=self.ctx,
+            max_grad_norm=self.cfg.optim.max_grad_norm,
+            version=self.version,
+            publish=self.publish,
+            weights=self.weights() if self.publish is not None else None,
+        )
+        self.version = stats.version
+        return stats
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        return {k: v.detach() for k, v in self.model.state_dict().items()}
+
+    def flat_params(self) -> torch.Tensor:
+        return torch.cat([p.detach().reshape(-1).double() for p in self.params])
+
+    # ---- checkpoint ------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "params": {n: p.detach().clone() for n, p in zip(self.names, self.params, strict=True)},
+            "optimizer": self.optimizer.state_dict(),
+            "rng": torch.get_rng_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        missing = set(self.names) - set(state["params"])
+        if missing:
+            raise ValueError(
+                f"checkpoint lacks parameters {sorted(missing)[:3]}...: it was written for another "
+                "model or LoRA setting; resume with the same model.* config"
+            )
+        with torch.no_grad():
+            for n, p in zip(self.names, self.params, strict=True):
+                p.copy_(state["params"][n])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.version = int(state["version"])
+        torch.set_rng_state(state["rng"])
