@@ -52,6 +52,9 @@ class SessionSpec:
     limits: Limits = field(default_factory=Limits)
     env: dict[str, str] = field(default_factory=dict)
     label: str = "task"
+    # extra absolute directories that must exist, writable and persistent for the session
+    # (e.g. "/tests", "/logs/verifier" for Terminal-Bench verifiers)
+    scratch: tuple[str, ...] = ()
 
 
 @dataclass

@@ -89,6 +89,7 @@ class LocalSession:
         )
         (self.etc / "group").write_text("root:x:0:\nnogroup:x:65534:\n")
         (self.etc / "hostname").write_text("sandbox\n")
+        self.scratch = {p: self.root / f"scratch{i}" for i, p in enumerate(spec.scratch)}
         self._closed = False
         self.reset()
 
@@ -104,8 +105,15 @@ class LocalSession:
             shutil.copytree(self.spec.workdir, self.task, symlinks=True)
         else:
             self.task.mkdir()
+        for d in self.scratch.values():
+            if d.exists():
+                shutil.rmtree(d)
+            d.mkdir()
         if self.privileged:
-            for dirpath, dirnames, filenames in os.walk(self.task):
+            for dirpath, dirnames, filenames in [
+                *os.walk(self.task),
+                *(w for d in self.scratch.values() for w in os.walk(d)),
+            ]:
                 os.chown(dirpath, SANDBOX_UID, SANDBOX_UID)
                 for n in dirnames + filenames:
                     os.lchown(os.path.join(dirpath, n), SANDBOX_UID, SANDBOX_UID)
@@ -131,7 +139,10 @@ class LocalSession:
             argv += ["--ro-bind", "/etc/resolv.conf", "/etc/resolv.conf"]
         for name in ("passwd", "group", "hostname"):
             argv += ["--ro-bind", str(self.etc / name), f"/etc/{name}"]
-        argv += ["--bind", str(self.task), self.spec.mount_at, "--chdir", self.spec.mount_at]
+        argv += ["--bind", str(self.task), self.spec.mount_at]
+        for inside, host in self.scratch.items():
+            argv += ["--bind", str(host), inside]
+        argv += ["--chdir", self.spec.mount_at]
         for src, dst in binds or []:
             argv += ["--ro-bind", str(src), dst]
         argv += ["--remount-ro", "/"]  # the tmpfs root: nothing new can appear outside the binds

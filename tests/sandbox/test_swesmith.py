@@ -1,0 +1,124 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import skyrl_gym
+
+import sandbox.envs  # noqa: F401  (registers the envs)
+from sandbox.envs.fixtures import SWESMITH_INSTANCES
+from sandbox.envs.swesmith import (
+    RecordError,
+    Status,
+    drop_test_edits,
+    grade,
+    load_instances,
+    parse_pytest_log,
+)
+
+# A log in the format swebench's pytest parser documents: -v lines plus the -rA summary.
+LOG = """+ : '>>>>> Start Test Output'
+============================= test session starts ==============================
+tests/test_ops.py::test_add PASSED                                       [ 20%]
+tests/test_ops.py::test_clamp_bounds FAILED                              [ 40%]
+tests/test_ops.py::test_power SKIPPED (no reason)                        [ 60%]
+=========================== short test summary info ============================
+PASSED tests/test_ops.py::test_add
+FAILED tests/test_ops.py::test_clamp_bounds - assert 9 == 10
+ERROR tests/test_stats.py::test_mean
++ : '>>>>> End Test Output'
+PASSED tests/outside_markers.py::test_x
+"""
+
+
+def test_pytest_log_parser_reads_verbose_and_summary_lines_between_markers() -> None:
+    st = parse_pytest_log(LOG)
+    assert st == {
+        "tests/test_ops.py::test_add": Status.PASSED,
+        "tests/test_ops.py::test_clamp_bounds": Status.FAILED,
+        "tests/test_ops.py::test_power": Status.SKIPPED,
+        "tests/test_stats.py::test_mean": Status.ERROR,
+    }
+
+
+def test_resolved_needs_every_f2p_and_p2p_test_passing() -> None:
+    inst = load_instances(SWESMITH_INSTANCES)[0]
+    all_pass = {t: Status.PASSED for t in inst.fail_to_pass + inst.pass_to_pass}
+    assert grade(inst, all_pass).resolved
+    broken_p2p = dict(all_pass, **{inst.pass_to_pass[0]: Status.FAILED})
+    g = grade(inst, broken_p2p)
+    assert not g.resolved and g.p2p_failed == [inst.pass_to_pass[0]]
+    missing = {t: Status.PASSED for t in inst.pass_to_pass}
+    assert grade(inst, missing).f2p_failed == inst.fail_to_pass
+
+
+def test_patches_that_edit_tests_lose_those_files() -> None:
+    patch = (
+        "diff --git a/pkg/x.py b/pkg/x.py\n--- a/pkg/x.py\n+++ b/pkg/x.py\n@@ -1 +1 @@\n-a\n+b\n"
+        "diff --git a/tests/test_x.py b/tests/test_x.py\n--- a/tests/test_x.py\n+++ b/tests/test_x.py\n"
+        "@@ -1 +1 @@\n-a\n+b\n"
+        "diff --git a/conftest.py b/conftest.py\nnew file mode 100644\n"
+    )
+    kept, dropped = drop_test_edits(patch)
+    assert "pkg/x.py" in kept and "test_x" not in kept
+    assert dropped == ["tests/test_x.py", "conftest.py"]
+
+
+@pytest.mark.parametrize(
+    ("record", "needle"),
+    [
+        ("[1, 2]", "expected a JSON object"),
+        (
+            '{"instance_id": "a", "repo": "r", "patch": "diff --git a/x b/x", "FAIL_TO_PASS": []}',
+            "PASS_TO_PASS",
+        ),
+        (
+            '{"instance_id": "a", "repo": "r", "patch": "nope", "FAIL_TO_PASS": ["t"], "PASS_TO_PASS": []}',
+            "'patch'",
+        ),
+        (
+            '{"instance_id": "a", "repo": "r", "patch": "diff --git a/x b/x", "FAIL_TO_PASS": 3, "PASS_TO_PASS": []}',
+            "'FAIL_TO_PASS'",
+        ),
+        ("{not json", "not valid JSON"),
+    ],
+)
+def test_malformed_records_name_file_line_and_field(
+    tmp_path: Path, record: str, needle: str
+) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text(record + "\n")
+    with pytest.raises(RecordError) as e:
+        load_instances(path)
+    assert str(path) in str(e.value) and ":1" in str(e.value) and needle in str(e.value)
+
+
+def test_env_rewards_gold_fix_and_rejects_test_edits_and_noop() -> None:
+    inst = load_instances(SWESMITH_INSTANCES)[0]
+    env = skyrl_gym.make("thundersync-swesmith", extras={"instance": inst.instance_id})
+    try:
+        env.init([])
+        env.step(
+            "<tool>create\n" + json.dumps({"path": "gold.patch", "content": inst.patch}) + "</tool>"
+        )
+        out = env.step("<tool>bash\ngit apply -R gold.patch && rm gold.patch</tool>")
+        assert "[exit code 0]" in out["observations"][0]["content"]
+        done = env.step("<tool>submit</tool>")
+        assert done["done"] and done["reward"] == 1.0, done["metadata"]
+
+        env.init([])  # cheating: delete the failing assertion's file instead of fixing the code
+        test_file = inst.fail_to_pass[0].split("::")[0]
+        env.step(f"<tool>bash\nmkdir -p tests && echo 'def test_ok(): pass' > {test_file}</tool>")
+        cheat = env.step("<tool>submit</tool>")
+        assert (
+            cheat["reward"] == 0.0 and test_file in cheat["metadata"]["grade"]["dropped_test_edits"]
+        )
+
+        env.init([])
+        bad = env.step("I think the fix is obvious")
+        assert not bad["done"] and bad["observations"][0]["content"].startswith("error:")
+        noop = env.step("<tool>submit</tool>")
+        assert noop["reward"] == 0.0 and "FAIL_TO_PASS" in noop["metadata"]["grade"]["reason"]
+    finally:
+        env.close()
