@@ -10,6 +10,8 @@ never branch on the backend:
   gets it again with `redelivered=True`. A consumer restarted under the same name first gets its
   own pending messages back.
 - Delivery is therefore at-least-once; `bus.ledger.ExactlyOnce` turns it into apply-exactly-once.
+- Set `claim_idle_s` above the longest time a consumer holds a message before acking it, or a
+  slow (not dead) consumer's message is handed out a second time while still being applied.
 """
 
 from __future__ import annotations

@@ -104,3 +104,32 @@ def test_async_consumer_is_woken_by_a_publish_from_another_thread(bus: Bus) -> N
     got = asyncio.run(asyncio.wait_for(consume(), timeout=20))
     t.join()
     assert got == ["s0", "s1", "s2"]
+
+
+def test_competing_consumer_threads_apply_every_source_once(bus: Bus) -> None:
+    n = 120
+    for i in range(n):
+        bus.publish(source(i))
+        if i % 10 == 0:
+            bus.publish(source(i))  # publisher retries: duplicates of the same source id
+    once = ExactlyOnce()
+    applied: list[str] = []
+    lock = threading.Lock()
+
+    def worker(name: str) -> None:
+        sub = bus.subscribe(Topic.LEARNER, "learner", name)
+        idle = 0
+        while idle < 3:
+            got = sub.receive(timeout_s=0.2, max_count=8)
+            idle = 0 if got else idle + 1
+            for d in got:
+                with lock:  # the learner applies one source at a time
+                    once.apply(sub, d, lambda e: applied.append(e.source_id))  # type: ignore[union-attr]
+
+    threads = [threading.Thread(target=worker, args=(f"w{k}",)) for k in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert sorted(applied) == sorted(f"s{i}" for i in range(n))
+    assert once.skipped == 12
