@@ -24,7 +24,9 @@ if TYPE_CHECKING:
 
 
 class PublishHook(Protocol):
-    def __call__(self, version: int, state_dict: Mapping[str, torch.Tensor]) -> None: ...
+    """The learner's hook (learner.barrier.Publisher): returns the version every engine acked."""
+
+    def __call__(self, version: int, state_dict: Mapping[str, torch.Tensor]) -> int: ...
 
 
 class PublishError(RuntimeError):
@@ -48,8 +50,9 @@ class WeightPublisher:
         self.keep_last = max(1, keep_last)
         self.acks: dict[int, list[LoadAck]] = {}
 
-    def __call__(self, version: int, state_dict: Mapping[str, torch.Tensor]) -> None:
-        self.publish(version, state_dict)
+    def __call__(self, version: int, state_dict: Mapping[str, torch.Tensor]) -> int:
+        acks = self.publish(version, state_dict)
+        return min(a.version for a in acks) if acks else version
 
     def publish(self, version: int, state_dict: Mapping[str, torch.Tensor]) -> list[LoadAck]:
         path = save_checkpoint(version_dir(self.root, version), state_dict, self.base_model_dir)
