@@ -1,0 +1,60 @@
+"""`tsrl env check`: run the oracle and a no-op for tasks in the sandbox."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from tsrl.cli_groups import app
+
+env_app = typer.Typer(
+    no_args_is_help=True, help="Environments: SWE-smith, SETA / Terminal-Bench, Harbor."
+)
+app.add_typer(env_app, name="env")
+
+
+@env_app.command("check")
+def check(
+    task_path: str = typer.Argument(
+        None, help="task dir (TB1/SETA/Harbor) or SWE-smith .json/.jsonl"
+    ),
+    all_: bool = typer.Option(False, "--all", help="every shipped fixture"),
+    backend: str = typer.Option("local", help="local | docker"),
+    repos_dir: str = typer.Option(
+        None, help="git mirrors for SWE-smith records (default: fixtures)"
+    ),
+    json_out: bool = typer.Option(False, "--json", help="print JSON; the last line is the summary"),
+) -> None:
+    """Gold must earn 1 and a no-op 0; exit 1 otherwise."""
+    from sandbox.envs.check import check_all, check_path, summarize
+    from sandbox.envs.swesmith import RecordError
+    from sandbox.envs.terminal import TaskError
+    from sandbox.executor import SandboxError, get_executor
+
+    if not all_ and not task_path:
+        typer.echo("give a TASK_PATH or --all", err=True)
+        raise typer.Exit(2)
+    try:
+        ex = get_executor(backend)
+        if all_:
+            details = check_all(ex)
+        else:
+            details = check_path(Path(task_path), ex, Path(repos_dir) if repos_dir else None)
+    except (RecordError, TaskError, SandboxError) as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    summary = summarize(details)
+    if json_out:
+        typer.echo(json.dumps(summary))
+    else:
+        for d in details:
+            typer.echo(
+                f"{d['task']:<36} gold={d['gold_reward']:.2f} noop={d['noop_reward']:.2f}  {d['gold_reason']}"
+            )
+        typer.echo(
+            f"{summary['gold_ok']}/{summary['tasks']} gold ok, {summary['noop_ok']}/{summary['tasks']} no-op ok"
+        )
+    if not summary["gold_ok"] == summary["noop_ok"] == summary["tasks"]:
+        raise typer.Exit(1)

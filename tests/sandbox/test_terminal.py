@@ -1,0 +1,111 @@
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import skyrl_gym
+
+import sandbox.envs  # noqa: F401  (registers the envs)
+from sandbox.envs.fixtures import TERMINAL_DIR
+from sandbox.envs.terminal import Layout, TaskError, load_task
+
+
+def test_both_layouts_load_with_timeouts_weights_and_limits() -> None:
+    seta = load_task(TERMINAL_DIR / "seta-csv-summary")
+    assert seta.layout is Layout.TB1 and seta.weights and seta.test_timeout == 60
+    harbor = load_task(TERMINAL_DIR / "harbor-log-errors")
+    assert harbor.layout is Layout.HARBOR and harbor.limits.memory_mb == 512 and not harbor.network
+
+
+def test_malformed_task_dirs_name_file_and_field(tmp_path: Path) -> None:
+    bad = tmp_path / "t"
+    shutil.copytree(TERMINAL_DIR / "seta-csv-summary", bad)
+    (bad / "task.yaml").write_text("max_test_timeout_sec: 5\n")
+    with pytest.raises(TaskError, match=r"task.yaml: field 'instruction'"):
+        load_task(bad)
+    (bad / "task.yaml").write_text("instruction: x\nmax_test_timeout_sec: -1\n")
+    with pytest.raises(TaskError, match="max_test_timeout_sec"):
+        load_task(bad)
+    (bad / "task.yaml").write_text("instruction: x\n")
+    (bad / "weights.json").write_text('{"test_rows": "heavy"}')
+    with pytest.raises(TaskError, match=r"weights.json: weight of 'test_rows'"):
+        load_task(bad)
+    with pytest.raises(TaskError, match="expected task.yaml"):
+        load_task(tmp_path)
+    h = tmp_path / "h"
+    shutil.copytree(TERMINAL_DIR / "harbor-sort-unique", h)
+    (h / "tests" / "test.sh").unlink()
+    with pytest.raises(TaskError, match=r"tests/test.sh: missing"):
+        load_task(h)
+
+
+def test_partial_weights_give_partial_reward() -> None:
+    env = skyrl_gym.make(
+        "thundersync-terminal", extras={"task": str(TERMINAL_DIR / "seta-csv-summary")}
+    )
+    try:
+        env.init([])
+        body = json.dumps(
+            {"path": "summary.json", "content": '{"rows": 5, "total": 0, "max_region": "north"}'}
+        )
+        env.step(f"<tool>create\n{body}</tool>")
+        out = env.step("<tool>submit</tool>")
+        # exists (1) + rows (1) + max_region (2) of 6
+        assert out["done"] and out["reward"] == pytest.approx(4 / 6)
+        assert out["metadata"]["verdict"]["tests"]["test_total"] == "FAILED"
+    finally:
+        env.close()
+
+
+def test_agent_cannot_see_tests_before_verification() -> None:
+    env = skyrl_gym.make(
+        "thundersync-terminal", extras={"task": str(TERMINAL_DIR / "tb1-hello-file")}
+    )
+    try:
+        env.init([])
+        out = env.step("<tool>bash\nls -A /tests /logs; ls /app</tool>")
+        assert "test_outputs" not in out["observations"][0]["content"]
+    finally:
+        env.close()
+
+
+def test_env_check_all_gold_earns_one_and_noop_zero() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "tsrl.cli", "env", "check", "--all", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    assert summary["tasks"] >= 12
+    assert summary["gold_ok"] == summary["noop_ok"] == summary["tasks"], summary["details"]
+    kinds = {d["kind"] for d in summary["details"]}
+    assert kinds == {"swesmith", "tb1", "harbor"}
+    assert out.returncode == 0
+
+
+def test_env_check_single_task_path_and_bad_path_error(tmp_path: Path) -> None:
+    ok = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tsrl.cli",
+            "env",
+            "check",
+            str(TERMINAL_DIR / "harbor-sort-unique"),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert json.loads(ok.stdout.splitlines()[-1])["gold_ok"] == 1
+    bad = subprocess.run(
+        [sys.executable, "-m", "tsrl.cli", "env", "check", str(tmp_path), "--json"],
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 2 and "expected task.yaml" in bad.stderr
