@@ -1,0 +1,177 @@
+"""Runs: create from a recipe name or a config, list with paging and filters, get, cancel, delete,
+read logs, compare with a sync run of the same recipe."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, HTTPException, Query, Request, status
+
+from service import crud
+from service.api.deps import (
+    CurrentToken,
+    Limit,
+    OwnedRun,
+    SessionDep,
+    SettingsDep,
+    Skip,
+    TextFilter,
+)
+from service.models import ACTIVE_STATUSES, FINAL_STATUSES
+from service.schemas import LogChunk, Message, RunCreate, RunDetail, RunsPublic, RunStatus, Speedup
+from tsrl.config import ConfigError, load_run_config
+
+router = APIRouter(prefix="/runs", tags=["runs"])
+
+MAX_LOG_CHUNK = 256 * 1024
+
+
+def config_error(msg: str, loc: list[str | int]) -> HTTPException:
+    """422 in FastAPI's validation-error shape, with the config's own message (field + fix)."""
+    return HTTPException(
+        status_code=status.HTTP_422_UNPROCESSABLE_CONTENT,
+        detail=[{"loc": ["body", *loc], "msg": msg, "type": "config_error"}],
+    )
+
+
+def resolve_config(run_in: RunCreate) -> Any:
+    if run_in.recipe is None and run_in.config is None:
+        raise config_error(
+            "recipe: give a recipe name (e.g. 'grpo-toy') or a full config in 'config'", ["recipe"]
+        )
+    try:
+        return load_run_config(run_in.recipe, run_in.overrides, data=run_in.config)
+    except ConfigError as err:
+        loc: list[str | int] = ["recipe"] if "recipe" in str(err)[:10] else ["config"]
+        raise config_error(str(err), loc) from None
+    except (TypeError, ValueError) as err:
+        raise config_error(
+            f"config: {err}; check the field types against `tsrl config schema`", ["config"]
+        ) from None
+
+
+@router.post("", response_model=RunDetail, status_code=status.HTTP_201_CREATED)
+def create_run(
+    request: Request,
+    session: SessionDep,
+    settings: SettingsDep,
+    token: CurrentToken,
+    run_in: RunCreate,
+) -> RunDetail:
+    """Queue a run. The resolved config is validated now (422 names the field and the fix) and
+    stored with the run; the launcher starts it when a slot is free."""
+    config = resolve_config(run_in)
+    run = crud.create_run(
+        session=session,
+        owner=token,
+        config=config,
+        recipe=run_in.recipe,
+        name=run_in.name,
+        runs_dir=settings.runs_dir,
+        backend=settings.launcher,
+    )
+    session.commit()
+    launcher = getattr(request.app.state, "launcher", None)
+    if launcher is not None:
+        launcher.wake()
+    return RunDetail.model_validate(crud.run_public(run, detail=True).model_dump())
+
+
+@router.get("", response_model=RunsPublic)
+def list_runs(
+    session: SessionDep,
+    token: CurrentToken,
+    skip: Skip = 0,
+    limit: Limit = 50,
+    status: Annotated[RunStatus | None, Query(description="only runs in this state")] = None,
+    recipe: TextFilter = None,
+    schedule: TextFilter = None,
+    name: Annotated[TextFilter, Query(description="substring of the run name")] = None,
+) -> RunsPublic:
+    """Your runs, newest first."""
+    rows, count = crud.list_runs(
+        session=session,
+        owner_id=token.id,
+        skip=skip,
+        limit=limit,
+        status=status,
+        recipe=recipe,
+        schedule=schedule,
+        name=name,
+    )
+    return RunsPublic(data=[crud.run_public(r) for r in rows], count=count)
+
+
+@router.get("/{run_id}", response_model=RunDetail)
+def read_run(run: OwnedRun) -> RunDetail:
+    return RunDetail.model_validate(crud.run_public(run, detail=True).model_dump())
+
+
+@router.post("/{run_id}/cancel", response_model=RunDetail)
+def cancel_run(request: Request, session: SessionDep, run: OwnedRun) -> RunDetail:
+    """Cancel: a queued run stops at once; a started one stops at its next barrier (never inside an
+    optimizer step) and ends as `cancelled`."""
+    if run.status in FINAL_STATUSES:
+        raise HTTPException(
+            status_code=status.HTTP_409_CONFLICT,
+            detail=f"run {run.id} already {run.status}: nothing to cancel",
+        )
+    crud.request_cancel(session=session, run=run)
+    session.commit()
+    launcher = getattr(request.app.state, "launcher", None)
+    if launcher is not None:
+        launcher.wake()
+    return RunDetail.model_validate(crud.run_public(run, detail=True).model_dump())
+
+
+@router.delete("/{run_id}", response_model=Message)
+def delete_run(session: SessionDep, run: OwnedRun) -> Message:
+    """Delete a finished run with its metrics, spans and run directory."""
+    if run.status in ACTIVE_STATUSES:
+        raise HTTPException(
+            status_code=status.HTTP_409_CONFLICT,
+            detail=f"run {run.id} is {run.status}: cancel it first (POST /api/v1/runs/{run.id}/cancel)",
+        )
+    run_id = run.id
+    crud.delete_run(session=session, run=run)
+    session.commit()
+    return Message(message=f"run {run_id} deleted")
+
+
+@router.get("/{run_id}/logs", response_model=LogChunk)
+def read_logs(
+    run: OwnedRun,
+    offset: Annotated[int, Query(ge=0, le=1 << 40, description="byte offset to read from")] = 0,
+    limit: Annotated[int, Query(ge=1, le=MAX_LOG_CHUNK)] = 65536,
+    source: Annotated[
+        Literal["output", "log"],
+        Query(description="output: the driver's captured stdout/stderr; log: DIR/log.txt"),
+    ] = "output",
+) -> LogChunk:
+    path = Path(run.run_dir) / ("output.log" if source == "output" else "log.txt")
+    return read_log_chunk(path, offset, limit)
+
+
+def read_log_chunk(path: Path, offset: int, limit: int) -> LogChunk:
+    try:
+        with path.open("rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            start = min(offset, size)
+            f.seek(start)
+            data = f.read(limit)
+    except FileNotFoundError:
+        return LogChunk(text="", offset=offset, next_offset=offset, size=0)
+    return LogChunk(
+        text=data.decode("utf-8", errors="replace"),
+        offset=start,
+        next_offset=start + len(data),
+        size=size,
+    )
+
+
+@router.get("/{run_id}/speedup", response_model=Speedup)
+def read_speedup(session: SessionDep, run: OwnedRun) -> Speedup:
+    """Mean step time of the newest sync run of the same recipe divided by this run's."""
+    return crud.speedup(session=session, run=run)

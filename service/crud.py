@@ -1,0 +1,337 @@
+"""Database operations, keyword-only, each scoped to the owning token where rows have an owner.
+
+Routes call these and never build queries themselves; the launcher has its own writes in
+service/launcher/ (it is the only writer of run state after `queued`).
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from service.db import utcnow
+from service.models import ACTIVE_STATUSES, Run, SpanRow, TaskSet, Token, UpdateRow
+from service.schemas import (
+    RunDetail,
+    RunPublic,
+    Speedup,
+    TaskSetCreate,
+    TaskSetUpdate,
+    TokenCreate,
+)
+from service.security import display_prefix, hash_token, new_token
+from tsrl.config import RunConfig
+
+# --- tokens -------------------------------------------------------------------------------------
+
+
+def get_token_by_secret(*, session: Session, secret: str) -> Token | None:
+    row = session.scalar(select(Token).where(Token.token_hash == hash_token(secret)))
+    if row is None or row.revoked_at is not None:
+        return None
+    return row
+
+
+def ensure_admin_token(*, session: Session, secret: str) -> Token:
+    """Register the configured admin token (by digest); re-enable it if it was revoked."""
+    row = session.scalar(select(Token).where(Token.token_hash == hash_token(secret)))
+    if row is None:
+        row = Token(
+            name="admin",
+            token_hash=hash_token(secret),
+            prefix=display_prefix(secret),
+            is_admin=True,
+        )
+        session.add(row)
+    else:
+        row.is_admin = True
+        row.revoked_at = None
+    session.flush()
+    return row
+
+
+def create_token(*, session: Session, token_in: TokenCreate) -> tuple[Token, str]:
+    secret = new_token()
+    row = Token(
+        name=token_in.name,
+        token_hash=hash_token(secret),
+        prefix=display_prefix(secret),
+        is_admin=token_in.is_admin,
+    )
+    session.add(row)
+    session.flush()
+    return row, secret
+
+
+def list_tokens(*, session: Session, skip: int, limit: int) -> tuple[list[Token], int]:
+    count = session.scalar(select(func.count()).select_from(Token)) or 0
+    rows = session.scalars(select(Token).order_by(Token.created_at).offset(skip).limit(limit))
+    return list(rows), count
+
+
+def get_token(*, session: Session, token_id: uuid.UUID) -> Token | None:
+    return session.get(Token, token_id)
+
+
+def revoke_token(*, session: Session, token: Token) -> Token:
+    if token.revoked_at is None:
+        token.revoked_at = utcnow()
+    session.flush()
+    return token
+
+
+# --- runs ---------------------------------------------------------------------------------------
+
+
+def run_public(run: Run, *, detail: bool = False) -> RunPublic:
+    fields: dict[str, Any] = {
+        "id": run.id,
+        "name": run.name,
+        "recipe": run.recipe,
+        "objective": run.objective,
+        "schedule": run.schedule,
+        "status": run.status,
+        "reason": run.reason,
+        "backend": run.backend,
+        "updates_total": int(run.config.get("updates", 0)),
+        "updates_done": run.updates_done,
+        "created_at": run.created_at,
+        "started_at": run.started_at,
+        "finished_at": run.finished_at,
+        "cancel_requested": run.cancel_requested_at is not None,
+    }
+    if detail:
+        return RunDetail(config=run.config, **fields)
+    return RunPublic(**fields)
+
+
+def create_run(
+    *,
+    session: Session,
+    owner: Token,
+    config: RunConfig,
+    recipe: str | None,
+    name: str | None,
+    runs_dir: Path,
+    backend: str,
+) -> Run:
+    run_id = uuid.uuid4()
+    run_dir = runs_dir / str(run_id)
+    resolved = config.model_copy(update={"output_dir": str(run_dir / "output")})
+    run = Run(
+        id=run_id,
+        owner_id=owner.id,
+        name=name or config.name,
+        recipe=recipe,
+        objective=str(config.objective.value),
+        schedule=str(config.schedule.value),
+        config=resolved.model_dump(mode="json"),
+        status="queued",
+        reason="waiting for a launcher slot",
+        backend=backend,
+        run_dir=str(run_dir),
+    )
+    session.add(run)
+    session.flush()
+    return run
+
+
+def list_runs(
+    *,
+    session: Session,
+    owner_id: uuid.UUID,
+    skip: int,
+    limit: int,
+    status: str | None = None,
+    recipe: str | None = None,
+    schedule: str | None = None,
+    name: str | None = None,
+) -> tuple[list[Run], int]:
+    query = select(Run).where(Run.owner_id == owner_id)
+    if status is not None:
+        query = query.where(Run.status == status)
+    if recipe is not None:
+        query = query.where(Run.recipe == recipe)
+    if schedule is not None:
+        query = query.where(Run.schedule == schedule)
+    if name is not None:
+        query = query.where(Run.name.contains(name, autoescape=True))
+    count = session.scalar(select(func.count()).select_from(query.subquery())) or 0
+    rows = session.scalars(query.order_by(Run.created_at.desc(), Run.id).offset(skip).limit(limit))
+    return list(rows), count
+
+
+def get_run(*, session: Session, owner_id: uuid.UUID, run_id: uuid.UUID) -> Run | None:
+    run = session.get(Run, run_id)
+    if run is None or run.owner_id != owner_id:
+        return None
+    return run
+
+
+def request_cancel(*, session: Session, run: Run) -> Run:
+    """Queued runs stop at once; started ones get DIR/CANCEL and stop at the next barrier."""
+    if run.status == "queued":
+        run.status = "cancelled"
+        run.reason = "cancelled before it started"
+        run.finished_at = utcnow()
+        run.cancel_requested_at = utcnow()
+    elif run.status in ACTIVE_STATUSES and run.cancel_requested_at is None:
+        run.cancel_requested_at = utcnow()
+        run_dir = Path(run.run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "CANCEL").touch()
+    session.flush()
+    return run
+
+
+def delete_run(*, session: Session, run: Run) -> None:
+    run_dir = Path(run.run_dir)
+    session.delete(run)
+    session.flush()
+    if run.run_dir and run_dir.is_dir():
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def list_updates(
+    *, session: Session, run_id: uuid.UUID, skip: int, limit: int, after: int | None = None
+) -> tuple[list[UpdateRow], int]:
+    query = select(UpdateRow).where(UpdateRow.run_id == run_id)
+    if after is not None:
+        query = query.where(UpdateRow.update > after)
+    count = session.scalar(select(func.count()).select_from(query.subquery())) or 0
+    rows = session.scalars(query.order_by(UpdateRow.update).offset(skip).limit(limit))
+    return list(rows), count
+
+
+def list_spans(
+    *,
+    session: Session,
+    run_id: uuid.UUID,
+    start: float | None,
+    end: float | None,
+    role: str | None,
+    update: int | None,
+    after_id: int | None,
+    limit: int,
+) -> tuple[list[SpanRow], int]:
+    query = select(SpanRow).where(SpanRow.run_id == run_id)
+    if start is not None:
+        query = query.where(SpanRow.end >= start)
+    if end is not None:
+        query = query.where(SpanRow.start <= end)
+    if role is not None:
+        query = query.where(SpanRow.role == role)
+    if update is not None:
+        query = query.where(SpanRow.update == update)
+    if after_id is not None:
+        query = query.where(SpanRow.id > after_id)
+    count = session.scalar(select(func.count()).select_from(query.subquery())) or 0
+    rows = session.scalars(query.order_by(SpanRow.id).limit(limit))
+    return list(rows), count
+
+
+def timeline_origin(*, session: Session, run_id: uuid.UUID) -> float | None:
+    return session.scalar(select(func.min(SpanRow.start)).where(SpanRow.run_id == run_id))
+
+
+def mean_step_s(*, session: Session, run_id: uuid.UUID) -> float | None:
+    value = session.scalar(select(func.avg(UpdateRow.step_s)).where(UpdateRow.run_id == run_id))
+    return float(value) if value is not None else None
+
+
+def speedup(*, session: Session, run: Run) -> Speedup:
+    """Mean step time of the latest sync run of the same recipe (same owner) over this run's."""
+    baseline = None
+    if run.schedule != "sync":
+        same = Run.recipe == run.recipe if run.recipe is not None else Run.name == run.name
+        baseline = session.scalar(
+            select(Run)
+            .where(Run.owner_id == run.owner_id, Run.schedule == "sync", same, Run.updates_done > 0)
+            .order_by(Run.created_at.desc())
+            .limit(1)
+        )
+    step = mean_step_s(session=session, run_id=run.id)
+    base = mean_step_s(session=session, run_id=baseline.id) if baseline is not None else None
+    ratio = base / step if base is not None and step else None
+    return Speedup(
+        run_id=run.id,
+        baseline_id=baseline.id if baseline is not None else None,
+        step_s=step,
+        baseline_step_s=base,
+        speedup=ratio,
+    )
+
+
+# --- task sets ----------------------------------------------------------------------------------
+
+
+def count_local_tasks(source: str) -> int | None:
+    """Tasks at a local source: lines of a .jsonl file, or task directories of a folder."""
+    path = Path(source)
+    try:
+        if path.is_file() and path.suffix == ".jsonl":
+            with path.open("rb") as f:
+                return sum(1 for line in f if line.strip())
+        if path.is_dir():
+            return sum(1 for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))
+    except OSError:
+        return None
+    return None
+
+
+def create_task_set(*, session: Session, owner: Token, task_set_in: TaskSetCreate) -> TaskSet:
+    row = TaskSet(
+        owner_id=owner.id,
+        name=task_set_in.name,
+        kind=task_set_in.kind.value,
+        source=task_set_in.source,
+        description=task_set_in.description,
+        task_count=count_local_tasks(task_set_in.source),
+        meta=task_set_in.meta,
+    )
+    session.add(row)
+    session.flush()
+    return row
+
+
+def get_task_set_by_name(*, session: Session, owner_id: uuid.UUID, name: str) -> TaskSet | None:
+    return session.scalar(select(TaskSet).where(TaskSet.owner_id == owner_id, TaskSet.name == name))
+
+
+def list_task_sets(
+    *, session: Session, owner_id: uuid.UUID, skip: int, limit: int, kind: str | None = None
+) -> tuple[list[TaskSet], int]:
+    query = select(TaskSet).where(TaskSet.owner_id == owner_id)
+    if kind is not None:
+        query = query.where(TaskSet.kind == kind)
+    count = session.scalar(select(func.count()).select_from(query.subquery())) or 0
+    rows = session.scalars(query.order_by(TaskSet.name).offset(skip).limit(limit))
+    return list(rows), count
+
+
+def get_task_set(
+    *, session: Session, owner_id: uuid.UUID, task_set_id: uuid.UUID
+) -> TaskSet | None:
+    row = session.get(TaskSet, task_set_id)
+    if row is None or row.owner_id != owner_id:
+        return None
+    return row
+
+
+def update_task_set(*, session: Session, task_set: TaskSet, task_set_in: TaskSetUpdate) -> TaskSet:
+    if task_set_in.description is not None:
+        task_set.description = task_set_in.description
+    if task_set_in.meta is not None:
+        task_set.meta = task_set_in.meta
+    session.flush()
+    return task_set
+
+
+def delete_task_set(*, session: Session, task_set: TaskSet) -> None:
+    session.delete(task_set)
+    session.flush()

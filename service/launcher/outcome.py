@@ -1,0 +1,56 @@
+"""How a finished driver maps to a final run state and a reason a user can act on."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+FINAL = ("succeeded", "failed", "cancelled")
+EXIT_CANCELLED = 3
+
+
+def read_status_file(run_dir: Path) -> tuple[str, str] | None:
+    try:
+        data = json.loads((run_dir / "status.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("status") not in FINAL:
+        return None
+    return str(data["status"]), str(data.get("reason") or "")
+
+
+def last_output_line(run_dir: Path, limit: int = 300) -> str:
+    try:
+        with (run_dir / "output.log").open("rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - 8192))
+            lines = [ln for ln in f.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    return lines[-1].strip()[:limit] if lines else ""
+
+
+def decide_outcome(
+    run_dir: Path, exit_code: int | None, *, forced_after_cancel: bool = False, note: str = ""
+) -> tuple[str, str]:
+    """(status, reason). status.json wins; then the exit code (0 ok, 3 cancelled at a barrier)."""
+    written = read_status_file(run_dir)
+    if written is not None:
+        status, reason = written
+        return status, reason or f"driver reported {status}"
+    if forced_after_cancel:
+        return (
+            "cancelled",
+            "driver did not stop at a barrier after the cancel request; it was killed",
+        )
+    tail = last_output_line(run_dir)
+    hint = f"; last output: {tail}" if tail else "; see the run's logs"
+    if exit_code == 0:
+        return "succeeded", "driver exited 0"
+    if exit_code == EXIT_CANCELLED:
+        return "cancelled", "driver stopped at a barrier after the cancel request (exit 3)"
+    if exit_code is None:
+        return "failed", (note or "the driver is gone and left no status.json") + hint
+    if exit_code < 0:
+        return "failed", f"driver killed by signal {-exit_code}{note}{hint}"
+    return "failed", f"driver exited with code {exit_code}{note}{hint}"

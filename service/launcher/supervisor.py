@@ -1,0 +1,216 @@
+"""The launcher loop: one background thread that starts queued runs, ingests the files of active
+ones, forwards cancel requests, and finalises runs whose driver has exited.
+
+It is the only writer of run state after `queued` (the API only queues, and cancels queued runs).
+Runs that a previous service process left `starting` / `running` are reconciled: a driver still
+alive is adopted and watched; otherwise the run is finalised from DIR/status.json, or failed with a
+reason. One launcher per database.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from service.db import session_scope, utcnow
+from service.launcher.backends import EXIT_UNKNOWN, EmbeddedBackend, Handle
+from service.launcher.ingest import ingest_run
+from service.launcher.outcome import decide_outcome
+from service.models import Run
+from service.settings import Settings
+
+log = logging.getLogger("tsrl.service.launcher")
+
+
+def make_backend(settings: Settings) -> Any:
+    if settings.launcher == "embedded":
+        return EmbeddedBackend(settings.driver_command)
+    if settings.launcher == "ray":
+        from service.launcher.ray_backend import RayJobBackend
+
+        return RayJobBackend(settings.driver_command, settings.ray_address)
+    raise ValueError(f"launcher {settings.launcher!r} unknown: use 'embedded' or 'ray'")
+
+
+class Launcher:
+    def __init__(self, settings: Settings, factory: sessionmaker[Session]) -> None:
+        self.settings = settings
+        self.factory = factory
+        self.backend = make_backend(settings)
+        self.handles: dict[uuid.UUID, Handle] = {}
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    # --- lifecycle --------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.tick()  # reconcile before serving
+        self._thread = threading.Thread(target=self._loop, name="tsrl-launcher", daemon=True)
+        self._thread.start()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def stop(self, stop_runs: bool = True) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=60)
+        if not stop_runs:
+            return
+        with self._lock:
+            for run_id, handle in list(self.handles.items()):
+                if handle.adopted:
+                    continue
+                terminate = getattr(handle, "terminate", None)
+                if terminate is not None:
+                    terminate()
+                deadline = time.monotonic() + 10
+                while handle.poll() is None and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                if handle.poll() is None:
+                    handle.kill()
+                with session_scope(self.factory) as session:
+                    run = session.get(Run, run_id)
+                    if run is not None:
+                        self._finalize(session, run, handle, note=" (service shutting down)")
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.tick()
+            except Exception:  # keep supervising; the next tick retries
+                log.exception("launcher tick failed")
+            self._wake.wait(self.settings.poll_interval_s)
+            self._wake.clear()
+
+    # --- one pass -----------------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        with self._lock:
+            with session_scope(self.factory) as session:
+                active = session.scalars(
+                    select(Run).where(
+                        Run.status.in_(("starting", "running")),
+                        Run.backend == self.backend.name,
+                    )
+                ).all()
+                for run in active:
+                    self._supervise(session, run)
+            self._start_queued()
+
+    def _supervise(self, session: Session, run: Run) -> None:
+        handle = self.handles.get(run.id)
+        if handle is None:
+            handle = self.backend.adopt(run.pid, run.job_id, run.run_dir)
+            if handle is None:
+                self._finalize(
+                    session,
+                    run,
+                    None,
+                    note="the service restarted and the driver is gone without a status.json",
+                )
+                return
+            log.info("adopted run %s (pid %s)", run.id, run.pid)
+            self.handles[run.id] = handle
+        run_dir = Path(run.run_dir)
+        if run.cancel_requested_at is not None:
+            cancel_file = run_dir / "CANCEL"
+            if not cancel_file.exists():
+                cancel_file.touch()
+            waited = (utcnow() - run.cancel_requested_at).total_seconds()
+            if waited > self.settings.cancel_grace_s and handle.poll() is None:
+                handle.kill()
+                self._finalize(session, run, handle, forced=True)
+                return
+        code = handle.poll()
+        ingest_run(session, run)
+        if code is not None:
+            self._finalize(session, run, handle)
+            return
+        if run.status == "starting" and _driver_started(run_dir):
+            run.status = "running"
+            run.reason = "driver running"
+
+    def _finalize(
+        self,
+        session: Session,
+        run: Run,
+        handle: Handle | None,
+        *,
+        forced: bool = False,
+        note: str = "",
+    ) -> None:
+        ingest_run(session, run)
+        code = handle.poll() if handle is not None else None
+        if code == EXIT_UNKNOWN:
+            code = None
+            note = (
+                note or "the driver (adopted after a service restart) exited without a status.json"
+            )
+        status, reason = decide_outcome(
+            Path(run.run_dir), code, forced_after_cancel=forced, note=note
+        )
+        run.status = status
+        run.reason = reason
+        run.exit_code = code
+        run.finished_at = utcnow()
+        self.handles.pop(run.id, None)
+        log.info("run %s %s: %s", run.id, status, reason)
+
+    def _start_queued(self) -> None:
+        free = self.settings.max_concurrent_runs - len(self.handles)
+        if free <= 0:
+            return
+        with session_scope(self.factory) as session:
+            queued = session.scalars(
+                select(Run)
+                .where(Run.status == "queued", Run.backend == self.backend.name)
+                .order_by(Run.created_at, Run.id)
+                .limit(free)
+            ).all()
+            ids = [r.id for r in queued]
+        for run_id in ids:
+            self._start_one(run_id)
+
+    def _start_one(self, run_id: uuid.UUID) -> None:
+        with session_scope(self.factory) as session:
+            run = session.get(Run, run_id)
+            if run is None or run.status != "queued":
+                return
+            run.status = "starting"
+            run.reason = "starting the driver"
+            run.started_at = utcnow()
+            run_dir = Path(run.run_dir)
+            run_dir.mkdir(parents=True, exist_ok=True)
+            config_path = run_dir / "config.json"
+            config_path.write_text(json.dumps(run.config, indent=2))
+            try:
+                handle = self.backend.start(str(run.id), config_path, run_dir)
+            except Exception as err:
+                run.status = "failed"
+                run.reason = f"could not start the driver ({self.backend.name}): {err}"
+                run.finished_at = utcnow()
+                log.warning("run %s: %s", run.id, run.reason)
+                return
+            run.pid, run.job_id = handle.describe()
+            self.handles[run.id] = handle
+            log.info("started run %s (%s, pid %s)", run.id, self.backend.name, run.pid)
+
+
+def _driver_started(run_dir: Path) -> bool:
+    for name in ("metrics.jsonl", "spans.jsonl", "log.txt", "status.json", "output.log"):
+        p = run_dir / name
+        if p.exists() and p.stat().st_size > 0:
+            return True
+    return False

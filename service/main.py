@@ -1,0 +1,82 @@
+"""The FastAPI app: API routers under /api/v1, /healthz, the dashboard at /, and a lifespan that
+migrates the database, registers the admin token and runs the launcher."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import APIRouter, FastAPI
+from fastapi.responses import FileResponse
+from fastapi.staticfiles import StaticFiles
+
+from service import crud
+from service.api.routes import events, health, runs, spans, task_sets, tokens, updates
+from service.db import make_engine, make_session_factory, session_scope, upgrade_to_head
+from service.limits import BodySizeLimit
+from service.settings import Settings
+
+WEB_DIR = Path(__file__).resolve().parent / "web"
+API_PREFIX = "/api/v1"
+log = logging.getLogger("tsrl.service")
+
+
+def api_router() -> APIRouter:
+    router = APIRouter(prefix=API_PREFIX)
+    for module in (runs, updates, spans, events, task_sets, tokens):
+        router.include_router(module.router)
+    return router
+
+
+def create_app(settings: Settings, *, launch: bool = True) -> FastAPI:
+    """The service app. `launch=False` serves the API without starting drivers (schema tests)."""
+    engine = make_engine(settings.db_url)
+    factory = make_session_factory(engine)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        upgrade_to_head(engine)
+        if settings.admin_token:
+            with session_scope(factory) as session:
+                crud.ensure_admin_token(session=session, secret=settings.admin_token)
+        else:
+            log.warning("no admin token: pass --admin-token or TSRL_ADMIN_TOKEN to create tokens")
+        settings.runs_dir.mkdir(parents=True, exist_ok=True)
+        launcher = None
+        if launch:
+            from service.launcher import Launcher
+
+            launcher = Launcher(settings, factory)
+            launcher.start()
+        app.state.launcher = launcher
+        try:
+            yield
+        finally:
+            if launcher is not None:
+                launcher.stop(stop_runs=settings.stop_runs_on_exit)
+            engine.dispose()
+
+    app = FastAPI(
+        title="ThunderSync",
+        version="0.1.0",
+        summary="Streaming GRPO / on-policy distillation training service",
+        description="Submit runs, watch their metrics and timelines, manage tokens and task sets. "
+        "Every /api/v1 route needs `Authorization: Bearer <token>`.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.engine = engine
+    app.state.session_factory = factory
+    app.state.launcher = None
+    app.include_router(health.router)
+    app.include_router(api_router())
+    app.mount("/static", StaticFiles(directory=WEB_DIR / "static"), name="static")
+
+    @app.get("/", include_in_schema=False)
+    def dashboard() -> FileResponse:
+        return FileResponse(WEB_DIR / "index.html", headers={"Cache-Control": "no-cache"})
+
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    return app

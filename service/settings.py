@@ -1,0 +1,83 @@
+"""Service settings: one frozen object built from CLI options and TSRL_* environment variables.
+
+Kept apart from the app so tests build a `Settings` directly (a throwaway database, a stand-in
+driver command) without touching the environment.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULT_MAX_BODY_BYTES = 1 << 20
+
+
+def default_driver_command() -> list[str]:
+    """`<venv>/bin/tsrl train` next to this interpreter, else `python -m tsrl.cli train`."""
+    exe = Path(sys.executable).parent / "tsrl"
+    if exe.exists():
+        return [str(exe), "train"]
+    return [sys.executable, "-m", "tsrl.cli", "train"]
+
+
+def normalize_database_url(url: str) -> str:
+    """Accept `postgres://` / `postgresql://` and pick the psycopg 3 driver for them."""
+    for prefix in ("postgres://", "postgresql://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix) :]
+    return url
+
+
+@dataclass(frozen=True)
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    data_dir: Path = Path("runs/service")
+    database_url: str | None = None
+    admin_token: str | None = None
+    launcher: str = "embedded"  # "embedded" (subprocess) or "ray" (Ray job submission)
+    ray_address: str | None = None
+    max_concurrent_runs: int = 1
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    poll_interval_s: float = 0.5
+    cancel_grace_s: float = 600.0
+    stop_runs_on_exit: bool = True
+    driver_command: list[str] = field(default_factory=default_driver_command)
+
+    @property
+    def db_url(self) -> str:
+        if self.database_url:
+            return normalize_database_url(self.database_url)
+        return f"sqlite:///{self.data_dir.resolve() / 'tsrl.db'}"
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.data_dir.resolve() / "runs"
+
+    @classmethod
+    def from_env(cls, **overrides: object) -> Settings:
+        """Environment first (TSRL_HOST, TSRL_PORT, TSRL_DATABASE_URL, TSRL_ADMIN_TOKEN,
+        TSRL_DATA_DIR, TSRL_LAUNCHER, TSRL_RAY_ADDRESS, TSRL_MAX_CONCURRENT_RUNS), then explicit
+        keyword overrides that are not None."""
+        env = os.environ
+        values: dict[str, object] = {}
+        if "TSRL_HOST" in env:
+            values["host"] = env["TSRL_HOST"]
+        if "TSRL_PORT" in env:
+            values["port"] = int(env["TSRL_PORT"])
+        if "TSRL_DATA_DIR" in env:
+            values["data_dir"] = Path(env["TSRL_DATA_DIR"])
+        for key, name in (
+            ("database_url", "TSRL_DATABASE_URL"),
+            ("admin_token", "TSRL_ADMIN_TOKEN"),
+            ("launcher", "TSRL_LAUNCHER"),
+            ("ray_address", "TSRL_RAY_ADDRESS"),
+        ):
+            if env.get(name):
+                values[key] = env[name]
+        if "TSRL_MAX_CONCURRENT_RUNS" in env:
+            values["max_concurrent_runs"] = int(env["TSRL_MAX_CONCURRENT_RUNS"])
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)  # type: ignore[arg-type]

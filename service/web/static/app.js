@@ -1,0 +1,253 @@
+// ThunderSync dashboard: runs list and a live run page (SSE over fetch, so the token travels in the
+// Authorization header and never in a URL). Charts use the vendored Chart.js.
+"use strict";
+
+const API = "/api/v1";
+const LANES = ["rollout", "tool", "teacher", "learner", "barrier"];
+const LANE_COLORS = { rollout: "#4dabf7", tool: "#ffa94d", teacher: "#b197fc", learner: "#51cf66", barrier: "#ff6b6b" };
+const TIMELINE_UPDATES = 3;
+const MAX_BARS = 3000;
+const $ = (id) => document.getElementById(id);
+
+// --- token ---------------------------------------------------------------------------------------
+function takeTokenFromUrl() {
+  // `/#token=...` (never sent to the server) or `/?token=...`; moved into localStorage, then removed.
+  const hash = new URLSearchParams(location.hash.replace(/^#\/?/, ""));
+  const query = new URLSearchParams(location.search);
+  const t = hash.get("token") || query.get("token");
+  if (t) {
+    localStorage.setItem("tsrl_token", t);
+    history.replaceState(null, "", location.pathname + "#/");
+  }
+}
+const token = () => localStorage.getItem("tsrl_token");
+
+async function api(path, opts = {}) {
+  const headers = Object.assign({ Authorization: "Bearer " + token() }, opts.headers || {});
+  if (opts.body) headers["Content-Type"] = "application/json";
+  const res = await fetch(API + path, Object.assign({}, opts, { headers }));
+  if (res.status === 401) { showLogin("token rejected (401): paste a valid token"); throw new Error("401"); }
+  const body = res.headers.get("content-type")?.includes("json") ? await res.json() : null;
+  if (!res.ok) {
+    const d = body?.detail;
+    throw new Error(Array.isArray(d) ? d.map((e) => e.msg).join("; ") : (d || res.statusText));
+  }
+  return body;
+}
+
+function show(section) {
+  for (const id of ["login", "runs-view", "run-view"]) $(id).hidden = id !== section;
+}
+function showLogin(msg) {
+  stopStream(); show("login"); $("login-error").textContent = msg || ""; $("signout").hidden = true;
+}
+
+// --- formatting ------------------------------------------------------------------------------------
+const fmtS = (v) => (v == null ? "–" : v < 1 ? (v * 1000).toFixed(0) + " ms" : v.toFixed(2) + " s");
+const fmtPct = (v) => (v == null ? "–" : (v * 100).toFixed(1) + "%");
+const fmtNum = (v) => (v == null ? "–" : Math.abs(v) >= 100 ? v.toFixed(0) : v.toPrecision(3));
+const fmtTime = (iso) => (iso ? new Date(iso).toLocaleString() : "");
+function badge(el, status) { el.textContent = status; el.className = "badge " + status; }
+
+// --- runs list --------------------------------------------------------------------------------------
+let listTimer = null;
+async function renderRuns() {
+  show("runs-view");
+  const load = async () => {
+    const runs = await api("/runs?limit=100");
+    const tbody = $("runs-table").querySelector("tbody");
+    tbody.replaceChildren(...runs.data.map((r) => {
+      const tr = document.createElement("tr");
+      tr.className = "run-row"; tr.dataset.id = r.id;
+      const cells = [r.name, r.recipe || "(config)", r.schedule, null, `${r.updates_done}/${r.updates_total}`, fmtTime(r.created_at)];
+      cells.forEach((c, i) => {
+        const td = document.createElement("td");
+        if (i === 3) { const b = document.createElement("span"); badge(b, r.status); td.append(b); } else td.textContent = c;
+        tr.append(td);
+      });
+      tr.onclick = () => { location.hash = "#/runs/" + r.id; };
+      return tr;
+    }));
+    $("runs-empty").hidden = runs.count > 0;
+  };
+  await load();
+  listTimer = setInterval(() => load().catch(() => {}), 2000);
+}
+
+$("new-run-form").addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  $("new-run-error").textContent = "";
+  try {
+    const overrides = $("new-overrides").value.trim() ? JSON.parse($("new-overrides").value) : {};
+    const run = await api("/runs", { method: "POST", body: JSON.stringify({ recipe: $("new-recipe").value, overrides }) });
+    location.hash = "#/runs/" + run.id;
+  } catch (e) { $("new-run-error").textContent = String(e.message || e); }
+});
+
+// --- run page ----------------------------------------------------------------------------------------
+let charts = {};
+let stream = null;
+let state = null;
+
+function lineChart(canvas, label, color, extra = {}) {
+  return new Chart(canvas, {
+    type: "line",
+    data: { labels: [], datasets: [{ label, data: [], borderColor: color, backgroundColor: color, pointRadius: 2, tension: 0.2 }] },
+    options: Object.assign({ animation: false, maintainAspectRatio: false, plugins: { legend: { display: false } },
+      scales: { x: { title: { display: true, text: "update" } } } }, extra),
+  });
+}
+
+function makeCharts() {
+  for (const c of Object.values(charts)) c.destroy();
+  charts = {
+    timeline: new Chart($("timeline-chart"), {
+      type: "bar",
+      data: { labels: LANES, datasets: LANES.map((role) => ({ label: role, data: [], backgroundColor: LANE_COLORS[role], borderSkipped: false, barPercentage: 0.8, categoryPercentage: 1, grouped: false })) },
+      options: { indexAxis: "y", animation: false, maintainAspectRatio: false,
+        plugins: { legend: { position: "bottom" }, tooltip: { callbacks: { label: (c) => `${c.raw.kind || c.dataset.label} u${c.raw.update}: ${c.raw.x[0].toFixed(3)}–${c.raw.x[1].toFixed(3)} s` } } },
+        scales: { x: { type: "linear", title: { display: true, text: "seconds" } } } },
+    }),
+    step: lineChart($("step-chart"), "step time (s)", "#3b5bdb", {}),
+    reward: lineChart($("reward-chart"), "mean reward", "#2b8a3e"),
+    idle: lineChart($("idle-chart"), "idle share", "#e8590c", { scales: { y: { min: 0, max: 1 } } }),
+    mfu: lineChart($("mfu-chart"), "MFU", "#862e9c"),
+  };
+}
+
+function stopStream() {
+  if (stream) { stream.abort(); stream = null; }
+  if (listTimer) { clearInterval(listTimer); listTimer = null; }
+}
+
+async function renderRun(id) {
+  show("run-view");
+  state = { id, updates: [], spans: [], t0: null, cursor: { update: -1, span: 0, log: 0 }, status: null };
+  $("run-logs").textContent = ""; $("updates-done").textContent = "0";
+  makeCharts();
+  const run = await api("/runs/" + id);
+  applyRun(run);
+  $("run-config").textContent = JSON.stringify(run.config, null, 2);
+  $("cancel-run").onclick = async () => {
+    try { applyRun(await api(`/runs/${id}/cancel`, { method: "POST" })); } catch (e) { $("run-reason").textContent = String(e.message); }
+  };
+  follow(id);
+}
+
+function applyRun(run) {
+  state.status = run.status;
+  $("run-name").textContent = run.name;
+  badge($("run-status"), run.status);
+  $("run-reason").textContent = run.reason + (run.cancel_requested && run.status === "running" ? " (cancel requested: stops at the next barrier)" : "");
+  $("updates-done").textContent = run.updates_done;
+  $("updates-total").textContent = run.updates_total;
+  $("cancel-run").hidden = !["queued", "starting", "running"].includes(run.status) || run.cancel_requested;
+}
+
+function applyUpdates(rows) {
+  state.updates.push(...rows);
+  const u = state.updates;
+  const labels = u.map((r) => r.update);
+  const set = (chart, values) => { chart.data.labels = labels; chart.data.datasets[0].data = values; chart.update("none"); };
+  set(charts.step, u.map((r) => r.step_s));
+  set(charts.reward, u.map((r) => r.reward_mean));
+  set(charts.idle, u.map((r) => r.idle_share));
+  set(charts.mfu, u.map((r) => r.mfu));
+  const last = u[u.length - 1];
+  $("mean-step").textContent = fmtS(u.reduce((a, r) => a + r.step_s, 0) / u.length);
+  $("idle-share").textContent = fmtPct(last.idle_share);
+  $("mfu").textContent = fmtPct(last.mfu);
+  $("reward").textContent = fmtNum(last.reward_mean);
+  refreshSpeedup();
+}
+
+async function refreshSpeedup() {
+  try {
+    const s = await api(`/runs/${state.id}/speedup`);
+    $("speedup").textContent = s.speedup == null ? (state.updates.length ? "no sync run" : "–") : s.speedup.toFixed(2) + "×";
+  } catch (e) { /* shown on the next update */ }
+}
+
+function applySpans(msg) {
+  if (msg.t0 != null) state.t0 = state.t0 == null ? msg.t0 : Math.min(state.t0, msg.t0);
+  state.spans.push(...msg.data);
+  const newest = state.spans.reduce((m, s) => Math.max(m, s.update), 0);
+  state.spans = state.spans.filter((s) => s.update > newest - TIMELINE_UPDATES).slice(-MAX_BARS);
+  const t0 = state.t0 || 0;
+  charts.timeline.data.datasets.forEach((ds, i) => {
+    ds.data = state.spans.filter((s) => s.role === LANES[i]).map((s) => ({ x: [s.start - t0, Math.max(s.end, s.start + 1e-4) - t0], y: s.role, kind: s.kind, update: s.update }));
+  });
+  charts.timeline.update("none");
+}
+
+function applyLog(msg) {
+  const pre = $("run-logs");
+  const atBottom = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+  pre.textContent = (pre.textContent + msg.text).slice(-200000);
+  if (atBottom) pre.scrollTop = pre.scrollHeight;
+}
+
+async function follow(id) {
+  // Server-sent events read with fetch (EventSource cannot send an Authorization header).
+  const ctrl = new AbortController();
+  stream = ctrl;
+  const c = state.cursor;
+  try {
+    const res = await fetch(`${API}/runs/${id}/events?after_update=${c.update}&after_span=${c.span}&log_offset=${c.log}`,
+      { headers: { Authorization: "Bearer " + token(), Accept: "text/event-stream" }, signal: ctrl.signal });
+    if (res.status === 401) return showLogin("token rejected (401)");
+    if (!res.ok) throw new Error(res.statusText);
+    const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+    let buf = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buf += value;
+      let cut;
+      while ((cut = buf.indexOf("\n\n")) >= 0) {
+        const block = buf.slice(0, cut); buf = buf.slice(cut + 2);
+        let event = "message"; const data = [];
+        for (const line of block.split("\n")) {
+          if (line.startsWith("event:")) event = line.slice(6).trim();
+          else if (line.startsWith("data:")) data.push(line.slice(5).trim());
+        }
+        if (!data.length) continue;
+        const msg = JSON.parse(data.join("\n"));
+        if (event === "run") applyRun(msg);
+        else if (event === "updates") { applyUpdates(msg); c.update = msg[msg.length - 1].update; }
+        else if (event === "spans") { applySpans(msg); c.span = msg.data[msg.data.length - 1].id; }
+        else if (event === "log") { applyLog(msg); c.log = msg.next_offset; }
+        else if (event === "end") { stream = null; refreshSpeedup(); return; }
+      }
+    }
+  } catch (e) {
+    if (ctrl.signal.aborted) return;
+  }
+  if (stream === ctrl) setTimeout(() => { if (stream === ctrl) follow(id); }, 2000);  // reconnect
+}
+
+// --- routing --------------------------------------------------------------------------------------
+async function route() {
+  stopStream();
+  takeTokenFromUrl();
+  if (!token()) return showLogin();
+  $("signout").hidden = false;
+  try {
+    const me = await api("/tokens/me");
+    $("whoami").textContent = `token: ${me.name} (${me.prefix}…)`;
+    const m = location.hash.match(/^#\/runs\/([0-9a-f-]{36})/);
+    if (m) await renderRun(m[1]); else await renderRuns();
+  } catch (e) {
+    if (String(e.message) !== "401") $("whoami").textContent = "error: " + e.message;
+  }
+}
+
+$("login-form").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  localStorage.setItem("tsrl_token", $("token-input").value.trim());
+  $("token-input").value = "";
+  location.hash = "#/"; route();
+});
+$("signout").onclick = () => { localStorage.removeItem("tsrl_token"); showLogin(); };
+window.addEventListener("hashchange", route);
+route();

@@ -1,0 +1,86 @@
+"""A stand-in run driver for the launcher's own tests: honours the run-directory contract of
+docs/CONTRACTS.md (metrics.jsonl, spans.jsonl, log.txt, status.json, CANCEL -> exit 3) without
+training anything. The acceptance test uses the real `tsrl train`.
+
+Behaviour from the config's `name`: "fail..." exits 1 without status.json; "slow..." sleeps 0.2 s
+per update (cancel tests); "crash-after-status" writes status.json "failed" then exits 7; anything
+else runs `updates` quick updates and succeeds.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+
+def main() -> int:
+    config = json.loads(Path(sys.argv[1]).read_text())
+    run_dir = Path(sys.argv[sys.argv.index("--run-dir") + 1])
+    name = str(config.get("name", ""))
+    updates = int(config.get("updates", 1))
+    print(f"fake driver: {name} with {updates} updates", flush=True)
+    if name.startswith("fail"):
+        print("boom: the stand-in driver failed on purpose", file=sys.stderr, flush=True)
+        return 1
+    metrics = (run_dir / "metrics.jsonl").open("a")
+    spans = (run_dir / "spans.jsonl").open("a")
+    for k in range(updates):
+        t = time.time()
+        if name.startswith("slow"):
+            time.sleep(0.2)
+        for i, role in enumerate(("rollout", "tool", "teacher", "learner", "barrier")):
+            span = {
+                "type": "span",
+                "update": k,
+                "role": role,
+                "kind": f"{role}-work",
+                "ids": {"source": f"s{k}", "group": 0},
+                "start": t + 0.01 * i,
+                "end": t + 0.01 * i + 0.005,
+            }
+            if role == "learner":
+                span["ready"] = t
+            spans.write(json.dumps(span) + "\n")
+        spans.flush()
+        metrics.write(
+            json.dumps(
+                {
+                    "type": "update",
+                    "update": k,
+                    "schedule": config.get("schedule", "stream"),
+                    "time": time.time(),
+                    "step_s": 0.05 + 0.01 * k,
+                    "R": 0.02,
+                    "L": 0.03,
+                    "P": 0.01,
+                    "idle_share": 0.25,
+                    "mfu": 0.01,
+                    "reward_mean": 0.1 * k,
+                    "tokens": 64,
+                }
+            )
+            + "\n"
+        )
+        metrics.flush()
+        (run_dir / "log.txt").open("a").write(f"update {k} done\n")
+        print(f"update {k} done", flush=True)
+        if (run_dir / "CANCEL").exists():
+            (run_dir / "status.json").write_text(
+                json.dumps({"status": "cancelled", "reason": f"cancelled after update {k}"})
+            )
+            return 3
+    if name.startswith("crash-after-status"):
+        (run_dir / "status.json").write_text(
+            json.dumps({"status": "failed", "reason": "NaN loss at update 0"})
+        )
+        return 7
+    (run_dir / "status.json").write_text(
+        json.dumps({"status": "succeeded", "reason": f"{updates} updates"})
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
