@@ -45,3 +45,60 @@ class UpdateAccumulator:
             self.grad += vec
         else:
             self.grad.add_(vec, alpha=scale)
+
+
+class OrderedSum:
+    """Sum of n indexed vectors in a fixed pairwise order, whatever order they arrive in.
+
+    Arrival order differs between schedules (and between runs of the stream schedule), and fp32
+    addition is not associative; Adam then turns those last-bit differences in near-zero gradient
+    coordinates into visible parameter gaps. A fixed binary tree over the indices makes the sum
+    bitwise independent of arrival order without waiting: a vector is added to its sibling as soon
+    as both exist, so at most O(log n) partial sums plus not-yet-paired leaves are held.
+    """
+
+    def __init__(self, n: int) -> None:
+        if n < 1:
+            raise ValueError("OrderedSum needs n >= 1")
+        self.n = n
+        self._parent: dict[tuple[int, int], tuple[int, int]] = {}
+        self._sibling: dict[tuple[int, int], tuple[int, int]] = {}
+        self._build(0, n)
+        self._done: dict[tuple[int, int], torch.Tensor] = {}
+        self._seen: set[int] = set()
+
+    def _build(self, lo: int, hi: int) -> None:
+        if hi - lo <= 1:
+            return
+        mid = (lo + hi) // 2
+        left, right = (lo, mid), (mid, hi)
+        for child in (left, right):
+            self._parent[child] = (lo, hi)
+        self._sibling[left], self._sibling[right] = right, left
+        self._build(lo, mid)
+        self._build(mid, hi)
+
+    def add(self, index: int, vec: torch.Tensor) -> None:
+        if not 0 <= index < self.n or index in self._seen:
+            raise ValueError(f"index {index} is out of range or was already added")
+        self._seen.add(index)
+        node, val = (index, index + 1), vec
+        while node in self._sibling and self._sibling[node] in self._done:
+            sib = self._sibling[node]
+            other = self._done.pop(sib)
+            val = val + other if node < sib else other + val  # left + right, always
+            node = self._parent[node]
+        self._done[node] = val
+
+    @property
+    def complete(self) -> bool:
+        return (0, self.n) in self._done
+
+    def result(self) -> torch.Tensor:
+        if not self.complete:
+            raise ValueError(f"{self.n - len(self._seen)} of {self.n} terms are still missing")
+        return self._done[(0, self.n)]
+
+    @property
+    def held(self) -> int:
+        return len(self._done)

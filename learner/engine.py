@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from learner.accumulators import FlatSpec, UpdateAccumulator
+from learner.accumulators import FlatSpec, OrderedSum, UpdateAccumulator
 from learner.boundary import KV, detach_leaves, run_segment, token_logprobs
 from learner.objectives import group_coefficients, opd_advantages
 from learner.sources import (
@@ -45,8 +45,8 @@ class _Group:
     prompt_kv: list[KV]
     leaves: list[KV]
     leaf_spec: FlatSpec
-    g1: torch.Tensor
-    g2: torch.Tensor
+    g1: OrderedSum  # sum_i (r_i - c) H_i, fixed reduction order
+    g2: OrderedSum  # sum_i H_i
     shift: float | None = None
     rewards: dict[int, float] = field(default_factory=dict)
     held: dict[int, torch.Tensor] = field(default_factory=dict)
@@ -87,7 +87,8 @@ class GradientEngine:
         self.token_weighting = token_weighting
         self.max_open = max_open_groups
         self.dtype = accum_dtype
-        self.acc = UpdateAccumulator(self.spec.total, accum_dtype)
+        # the update's running sum spans groups closing in any order: fp64 keeps it order-free
+        self.acc = UpdateAccumulator(self.spec.total, torch.float64)
         self.queue = ReadyQueue()
         self.releaser = Releaser(schedule, self.queue)
         self.group_specs: dict[str, GrpoGroupSpec] = {}
@@ -180,17 +181,9 @@ class GradientEngine:
             self.counters["tokens_forward"] += len(prefix)
         leaves = detach_leaves(prompt_kv)
         leaf_spec = FlatSpec(_flat(leaves))
-        n = self.spec.total + leaf_spec.total
-        g = _Group(
-            spec,
-            prompt_kv,
-            leaves,
-            leaf_spec,
-            torch.zeros(n, dtype=self.dtype),
-            torch.zeros(n, dtype=self.dtype),
-        )
+        g = _Group(spec, prompt_kv, leaves, leaf_spec, OrderedSum(spec.size), OrderedSum(spec.size))
         self.groups[gid] = g
-        for idx, r in sorted(self.pending_rewards.pop(gid, {}).items()):
+        for idx, r in self.pending_rewards.pop(gid, {}).items():  # arrival order fixes c
             self._bind(g, idx, r)
         return g
 
@@ -217,9 +210,9 @@ class GradientEngine:
         h = self.spec.flatten(grads[: len(self.params)], self.dtype)
         if leaves:
             h = torch.cat([h, g.leaf_spec.flatten(grads[len(self.params) :], self.dtype)])
-        g.g2 += h
+        g.g2.add(item.index, h)
         if item.index in g.rewards:
-            g.g1.add_(h, alpha=g.rewards[item.index] - float(g.shift or 0.0))
+            g.g1.add(item.index, h * (g.rewards[item.index] - float(g.shift or 0.0)))
         else:
             g.held[item.index] = h  # late reward binding: the held gradient waits for r_i
         g.done.add(item.index)
@@ -232,7 +225,7 @@ class GradientEngine:
         g.rewards[idx] = reward
         h = g.held.pop(idx, None)
         if h is not None:
-            g.g1.add_(h, alpha=reward - g.shift)
+            g.g1.add(idx, h * (reward - g.shift))
 
     def _grpo_reward(self, item: GrpoReward) -> None:
         g = self.groups.get(item.group_id)
@@ -250,18 +243,13 @@ class GradientEngine:
         coef = group_coefficients(
             self.estimator, rewards, shift=g.shift if g.shift is not None else 0.0, eps=self.std_eps
         )
-        combined = g.g1.mul(coef.alpha / coef.m).add_(g.g2, alpha=coef.beta / coef.m)
+        combined = (
+            g.g1.result().mul(coef.alpha / coef.m).add_(g.g2.result(), alpha=coef.beta / coef.m)
+        )
         self.acc.add(combined[: self.spec.total])
         if g.prompt_kv:
             adj = g.leaf_spec.unflatten(combined[self.spec.total :])
-            outs = _flat(g.prompt_kv)
-            pg = torch.autograd.grad(
-                outs,
-                self.params,
-                grad_outputs=[a.to(o.dtype) for a, o in zip(adj, outs, strict=True)],
-                allow_unused=True,
-            )
-            self.acc.add(self.spec.flatten(pg, self.dtype))
+            self.acc.add(self._backprop(_flat(g.prompt_kv), adj, self.params))
             self.counters["prompt_backwards"] += 1
         self.acc.groups_closed += 1
         del self.groups[g.spec.group_id]
@@ -323,14 +311,28 @@ class GradientEngine:
             if not any(bool(a.any()) for a in adj):
                 continue  # nothing downstream read this turn's K/V (e.g. the last turn)
             earlier = [x for seg in t.leaves[:j] for x in _flat(seg)]
-            grads = torch.autograd.grad(
-                _flat(t.kv_out[j]), [*self.params, *earlier], grad_outputs=adj, allow_unused=True
-            )
+            grads = self._grad_through(_flat(t.kv_out[j]), adj, [*self.params, *earlier])
             self.acc.add(self.spec.flatten(grads[: len(self.params)], self.dtype))
             self._to_ledger(t, grads[len(self.params) :], upto=j)
             self.counters["deferred_propagations"] += 1
         self.closed.add(item.traj_id)
         self.acc.groups_closed += 1
+
+    def _grad_through(
+        self, outs: list[torch.Tensor], adj: list[torch.Tensor], inputs: list[torch.Tensor]
+    ) -> tuple[torch.Tensor | None, ...]:
+        """Vector-Jacobian product of `adj` through `outs`; frozen outputs (LoRA) are skipped."""
+        pairs = [(o, a.to(o.dtype)) for o, a in zip(outs, adj, strict=True) if o.requires_grad]
+        if not pairs:
+            return tuple(None for _ in inputs)
+        return torch.autograd.grad(
+            [o for o, _ in pairs], inputs, grad_outputs=[a for _, a in pairs], allow_unused=True
+        )
+
+    def _backprop(
+        self, outs: list[torch.Tensor], adj: list[torch.Tensor], params: list[nn.Parameter]
+    ) -> torch.Tensor:
+        return self.spec.flatten(self._grad_through(outs, adj, list(params)), self.dtype)
 
     # ---- barrier support -------------------------------------------------------------------
     def open_sources(self) -> list[str]:

@@ -22,13 +22,15 @@ from tsrl.config import RunConfig, Schedule
 _DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
 
 
-def apply_lora(model: nn.Module, rank: int, alpha: float) -> nn.Module:
+def apply_lora(model: nn.Module, rank: int, alpha: float, seed: int = 0) -> nn.Module:
     from peft import LoraConfig, get_peft_model
 
     cfg = LoraConfig(
         r=rank, lora_alpha=int(alpha), target_modules=["q_proj", "v_proj"], lora_dropout=0.0
     )
-    return get_peft_model(model, cfg)  # type: ignore[arg-type]
+    with torch.random.fork_rng():  # adapters start from the run's seed, not global RNG state
+        torch.manual_seed(seed)
+        return get_peft_model(model, cfg)  # type: ignore[arg-type]
 
 
 class Learner:
@@ -43,7 +45,7 @@ class Learner:
         self.cfg = cfg
         self.ctx = ctx or ParallelContext()
         if cfg.model.lora_rank > 0:
-            model = apply_lora(model, cfg.model.lora_rank, cfg.model.lora_alpha)
+            model = apply_lora(model, cfg.model.lora_rank, cfg.model.lora_alpha, cfg.seed)
         self.model = model
         self.model.eval()  # no dropout: a gradient is a pure function of theta_k and its source
         self.params = [p for p in model.parameters() if p.requires_grad]

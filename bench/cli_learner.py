@@ -1,0 +1,61 @@
+"""`tsrl bench equivalence` and `tsrl bench learner-cost`."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+from tsrl.cli_groups import bench_app
+
+
+@bench_app.command("equivalence")
+def equivalence(
+    objective: str = typer.Option("grpo", help="grpo | opd"),
+    updates: int = typer.Option(10, min=1),
+    ranks: int = typer.Option(1, help="1 or 2 (gloo, FSDP2)"),
+    reward_offset: float = typer.Option(0.0, help="add X to every reward (GRPO)"),
+    seed: int = typer.Option(0),
+    as_json: bool = typer.Option(False, "--json", help="last line: one JSON object"),
+) -> None:
+    """Replay logged batches through sync, group and stream; report parameter gaps per update."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from bench.equivalence import run_equivalence
+    from tsrl.config import Objective
+
+    try:
+        obj = Objective(objective)
+    except ValueError:
+        raise typer.BadParameter("use --objective grpo or --objective opd") from None
+    res = run_equivalence(obj, updates=updates, ranks=ranks, reward_offset=reward_offset, seed=seed)
+    table = Table(title=f"equivalence: {obj.value}, {ranks} rank(s), reward offset {reward_offset}")
+    cols = [c for c in res["per_update"][0] if c != "update"]
+    table.add_column("k")
+    for c in cols:
+        table.add_column(c)
+    for row in res["per_update"]:
+        table.add_row(str(row["update"]), *(f"{row[c]:.2e}" for c in cols))
+    Console(stderr=as_json).print(table)
+    summary = {k: v for k, v in res.items() if k != "per_update"}
+    if as_json:
+        print(json.dumps(summary))
+    else:
+        typer.echo(json.dumps(summary, indent=2))
+    if not res["goal_met"]:
+        raise typer.Exit(1)
+
+
+@bench_app.command("learner-cost")
+def learner_cost(
+    seed: int = typer.Option(0),
+    repeats: int = typer.Option(3, min=1),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Stream vs sync on the same batch: learner compute and peak RSS (admission cap 1)."""
+    from bench.learner_cost import run_learner_cost
+
+    res = run_learner_cost(seed=seed, repeats=repeats)
+    res["goal_met"] = res["compute_ratio"] <= 1.15 and res["peak_rss_ratio"] <= 1.10
+    typer.echo(json.dumps(res) if as_json else json.dumps(res, indent=2))

@@ -1,0 +1,223 @@
+"""`tsrl bench equivalence`: replay logged batches through sync, group and stream (App. G protocol).
+
+For each update k we report Delta_k = ||theta_k^s - theta_k^sync|| / ||theta_k^sync - theta_0|| for
+s in {group, stream}, the relative gradient error against sync, a control (sync with every batch's
+arrival order reshuffled: the floating-point noise floor), and the gap to the textbook
+batch-synchronous loss (full [prompt; response] forwards, one backward).
+With --ranks 2 the three schedules run on 2 gloo ranks with the FSDP2 optimizer, and the 2-rank
+sync trajectory is also compared with a 1-rank sync run.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import random
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from learner.replay import LoggedBatch, make_grpo_batch, make_opd_batch, replay_update
+from tsrl.config import Objective, RunConfig, Schedule, load_run_config
+
+RUNS = ("sync", "group", "stream", "control")
+
+
+def bench_config(objective: Objective, ranks: int) -> RunConfig:
+    return load_run_config(
+        data={
+            "objective": objective.value,
+            "optim": {"lr": 1e-3, "max_grad_norm": 1.0},
+            "learner": {"ranks": ranks, "max_open_groups": 2},
+        }
+    )
+
+
+def make_models(root: Path) -> tuple[Path, Path]:
+    from tsrl.models import build_tiny_model, load_tokenizer
+
+    student = build_tiny_model(root / "student", seed=0)
+    teacher = build_tiny_model(root / "teacher", seed=1, tokenizer=load_tokenizer(student))
+    return student, teacher
+
+
+def make_batches(
+    objective: Objective, updates: int, teacher_dir: Path, reward_offset: float, seed: int
+) -> list[LoggedBatch]:
+    from tsrl.models import load_model
+
+    rng = random.Random(seed)
+    if objective is Objective.GRPO:
+        return [
+            make_grpo_batch(
+                rng, vocab=512, groups=2, group_size=8, reward_offset=reward_offset, tag=f"u{k}"
+            )
+            for k in range(updates)
+        ]
+    teacher = load_model(teacher_dir)
+    return [
+        make_opd_batch(rng, teacher, vocab=512, trajectories=4, tag=f"u{k}") for k in range(updates)
+    ]
+
+
+def _train(
+    model_dir: Path, cfg: RunConfig, batches: list[LoggedBatch], schedule: Schedule, ctx: Any = None
+) -> dict[str, list[torch.Tensor]]:
+    from learner.trainer import Learner
+    from tsrl.models import load_model
+
+    learner = Learner(load_model(model_dir), cfg, ctx=ctx)
+    params = [learner.flat_params()]
+    grads = []
+    for b in batches:
+        stats = replay_update(learner, b, schedule)
+        params.append(learner.flat_params())
+        grads.append(stats.grad.double())
+    return {"params": params, "grads": grads}
+
+
+def _train_reference(model_dir: Path, cfg: RunConfig, batches: list[LoggedBatch]) -> dict[str, Any]:
+    from learner.reference import reference_loss
+    from tsrl.models import load_model
+
+    model = load_model(model_dir)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(
+        params,
+        lr=cfg.optim.lr,
+        betas=(cfg.optim.beta1, cfg.optim.beta2),
+        eps=cfg.optim.eps,
+        weight_decay=cfg.optim.weight_decay,
+        foreach=False,
+    )
+    flat = [torch.cat([p.detach().reshape(-1).double() for p in params])]
+    grads = []
+    for b in batches:
+        loss = reference_loss(
+            model, b, estimator=cfg.learner.estimator, std_eps=cfg.learner.std_eps
+        )
+        gs = torch.autograd.grad(loss, params)
+        g = torch.cat([x.reshape(-1) for x in gs])
+        grads.append(g.double())
+        norm = float(g.double().norm())
+        clip = min(1.0, cfg.optim.max_grad_norm / (norm + 1e-6))
+        for p, x in zip(params, gs, strict=True):
+            p.grad = x * clip if clip < 1.0 else x
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        flat.append(torch.cat([p.detach().reshape(-1).double() for p in params]))
+    return {"params": flat, "grads": grads}
+
+
+def _all_runs(model_dir: Path, cfg: RunConfig, batches: list[LoggedBatch], ctx: Any = None) -> dict:
+    shuffled = [b.shuffled(1000 + k) for k, b in enumerate(batches)]
+    return {
+        "sync": _train(model_dir, cfg, batches, Schedule.SYNC, ctx),
+        "group": _train(model_dir, cfg, batches, Schedule.GROUP, ctx),
+        "stream": _train(model_dir, cfg, batches, Schedule.STREAM, ctx),
+        "control": _train(model_dir, cfg, shuffled, Schedule.SYNC, ctx),
+    }
+
+
+def _worker(rank: int, world: int, port: int, payload: Path, out: Path) -> None:
+    from learner.parallel import init_process_group
+
+    torch.set_num_threads(1)
+    model_dir, cfg, batches = pickle.loads(payload.read_bytes())
+    ctx = init_process_group(rank, world, port)
+    try:
+        runs = _all_runs(model_dir, cfg, batches, ctx)
+        if rank == 0:
+            out.write_bytes(pickle.dumps(runs))
+    finally:
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _gap(a: torch.Tensor, b: torch.Tensor, theta0: torch.Tensor) -> float:
+    drift = float((b - theta0).norm())
+    return float((a - b).norm()) / drift if drift > 0 else float((a - b).norm())
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).norm() / b.norm().clamp_min(1e-30))
+
+
+def run_equivalence(
+    objective: Objective,
+    updates: int = 10,
+    ranks: int = 1,
+    reward_offset: float = 0.0,
+    seed: int = 0,
+) -> dict[str, Any]:
+    if ranks not in (1, 2):
+        raise ValueError(f"--ranks {ranks}: use 1 or 2 (gloo on CPU)")
+    # one intra-op thread everywhere: a matmul split over a different thread count rounds
+    # differently, and the 1-rank and 2-rank runs must see the same per-source arithmetic
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        student, teacher = make_models(root)
+        batches = make_batches(objective, updates, teacher, reward_offset, seed)
+        cfg1 = bench_config(objective, 1)
+        reference = _train_reference(student, cfg1, batches)
+        if ranks == 1:
+            runs = _all_runs(student, cfg1, batches)
+            one_rank_sync = None
+        else:
+            import torch.multiprocessing as mp
+
+            payload, out = root / "payload.pkl", root / "runs.pkl"
+            payload.write_bytes(pickle.dumps((student, bench_config(objective, 2), batches)))
+            os.environ.setdefault("OMP_NUM_THREADS", "1")
+            mp.spawn(_worker, args=(2, _free_port(), payload, out), nprocs=2, join=True)
+            runs = pickle.loads(out.read_bytes())
+            one_rank_sync = _train(student, cfg1, batches, Schedule.SYNC)
+    theta0 = runs["sync"]["params"][0]
+    per_update = []
+    for k in range(1, updates + 1):
+        sync_k = runs["sync"]["params"][k]
+        row = {
+            "update": k,
+            "delta_group": _gap(runs["group"]["params"][k], sync_k, theta0),
+            "delta_stream": _gap(runs["stream"]["params"][k], sync_k, theta0),
+            "delta_control": _gap(runs["control"]["params"][k], sync_k, theta0),
+            "delta_reference": _gap(reference["params"][k], sync_k, theta0),
+            "grad_rel_err_stream": _rel(
+                runs["stream"]["grads"][k - 1], runs["sync"]["grads"][k - 1]
+            ),
+            "grad_rel_err_group": _rel(runs["group"]["grads"][k - 1], runs["sync"]["grads"][k - 1]),
+            "grad_rel_err_reference": _rel(reference["grads"][k - 1], runs["sync"]["grads"][k - 1]),
+        }
+        if one_rank_sync is not None:
+            row["delta_vs_1rank"] = _gap(sync_k, one_rank_sync["params"][k], theta0)
+        per_update.append(row)
+    result: dict[str, Any] = {
+        "objective": objective.value,
+        "ranks": ranks,
+        "updates": updates,
+        "reward_offset": reward_offset,
+        "max_param_gap": max(max(r["delta_group"], r["delta_stream"]) for r in per_update),
+        "max_grad_rel_err": max(
+            max(r["grad_rel_err_stream"], r["grad_rel_err_group"]) for r in per_update
+        ),
+        "control_param_gap": max(r["delta_control"] for r in per_update),
+        "reference_param_gap": max(r["delta_reference"] for r in per_update),
+        "reference_grad_rel_err": max(r["grad_rel_err_reference"] for r in per_update),
+        "per_update": per_update,
+    }
+    if ranks == 2:
+        result["rank_param_gap"] = max(r["delta_vs_1rank"] for r in per_update)
+    result["goal_met"] = result["max_param_gap"] <= 1e-6
+    return result
