@@ -5,6 +5,7 @@ Checks Content-Length up front and counts streamed (chunked) bodies as they arri
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
@@ -55,24 +56,27 @@ class BodySizeLimit:
                 return
         seen = 0
         started = False
+        rejected = False
 
         async def limited_receive() -> Message:
-            nonlocal seen
+            nonlocal seen, rejected
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
+                if seen > self.max_bytes and not rejected:
+                    if not started:
+                        rejected = True
+                        await self._reject(send)
                     raise BodyTooLarge
             return message
 
         async def tracking_send(message: Any) -> None:
             nonlocal started
+            if rejected:
+                return  # the 413 is already out; drop whatever the app answers to the error
             if message["type"] == "http.response.start":
                 started = True
             await send(message)
 
-        try:
+        with contextlib.suppress(BodyTooLarge):
             await self.app(scope, limited_receive, tracking_send)
-        except BodyTooLarge:
-            if not started:
-                await self._reject(send)

@@ -64,7 +64,11 @@ class RunCreate(BaseModel):
     overrides: dict[str, Any] = Field(
         default_factory=dict, description="dotted keys applied last, e.g. {'optim.lr': 0.01}"
     )
-    name: str | None = Field(None, max_length=200, description="display name; default: config name")
+    name: str | None = Field(
+        None,
+        max_length=200,
+        description="run name (sets the config's `name`); default: the config's",
+    )
 
 
 class RunPublic(BaseModel):

@@ -41,7 +41,10 @@ def resolve_config(run_in: RunCreate) -> Any:
             "recipe: give a recipe name (e.g. 'grpo-toy') or a full config in 'config'", ["recipe"]
         )
     try:
-        return load_run_config(run_in.recipe, run_in.overrides, data=run_in.config)
+        overrides = dict(run_in.overrides)
+        if run_in.name is not None:
+            overrides["name"] = run_in.name
+        return load_run_config(run_in.recipe, overrides, data=run_in.config)
     except ConfigError as err:
         loc: list[str | int] = ["recipe"] if "recipe" in str(err)[:10] else ["config"]
         raise config_error(str(err), loc) from None
