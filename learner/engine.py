@@ -55,7 +55,9 @@ class _Group:
 
 @dataclass
 class _Traj:
+    acc: torch.Tensor  # this trajectory's unnormalised sum: reaches the update only at close
     pos: int = 0
+    scored: int = 0
     next_turn: int = 0
     kv_out: list[list[KV]] = field(default_factory=list)
     leaves: list[list[KV]] = field(default_factory=list)
@@ -257,7 +259,9 @@ class GradientEngine:
 
     # ---- OPD -------------------------------------------------------------------------------
     def _opd_turn(self, item: OpdTurn) -> None:
-        t = self.trajs.setdefault(item.traj_id, _Traj())
+        t = self.trajs.get(item.traj_id)
+        if t is None:
+            t = self.trajs[item.traj_id] = _Traj(torch.zeros(self.spec.total, dtype=self.dtype))
         if len(item.token_ids) != len(item.action_mask):
             raise SourceError(
                 f"source {item.source_id}: {len(item.token_ids)} tokens but "
@@ -285,9 +289,9 @@ class GradientEngine:
             grads = torch.autograd.grad(
                 obj, [*self.params, *earlier], retain_graph=True, allow_unused=True
             )
-            self.acc.add(self.spec.flatten(grads[: len(self.params)], self.dtype))
+            t.acc += self.spec.flatten(grads[: len(self.params)], self.dtype)
             self._to_ledger(t, grads[len(self.params) :], upto=len(t.leaves))
-        self.acc.scored_tokens += int(scored.numel())
+        t.scored += int(scored.numel())
         t.kv_out.append(out.kv)
         t.leaves.append(detach_leaves(out.kv))
         t.ledger.append([torch.zeros_like(x) for x in _flat(out.kv)])
@@ -312,9 +316,11 @@ class GradientEngine:
                 continue  # nothing downstream read this turn's K/V (e.g. the last turn)
             earlier = [x for seg in t.leaves[:j] for x in _flat(seg)]
             grads = self._grad_through(_flat(t.kv_out[j]), adj, [*self.params, *earlier])
-            self.acc.add(self.spec.flatten(grads[: len(self.params)], self.dtype))
+            t.acc += self.spec.flatten(grads[: len(self.params)], self.dtype)
             self._to_ledger(t, grads[len(self.params) :], upto=j)
             self.counters["deferred_propagations"] += 1
+        self.acc.add(t.acc)
+        self.acc.scored_tokens += t.scored
         self.closed.add(item.traj_id)
         self.acc.groups_closed += 1
 
@@ -333,6 +339,23 @@ class GradientEngine:
         self, outs: list[torch.Tensor], adj: list[torch.Tensor], params: list[nn.Parameter]
     ) -> torch.Tensor:
         return self.spec.flatten(self._grad_through(outs, adj, list(params)), self.dtype)
+
+    def abort(self, key: str) -> None:
+        """Drop a group / trajectory whose rollout failed: none of its work reaches the update.
+
+        Its sources already applied are discarded with it (they live in the group's G1/G2 or the
+        trajectory's own sum until close); the rerun comes back under a new key.
+        """
+        if key in self.closed:
+            raise SourceError(f"{key} already closed: its gradient is in the update; cannot abort")
+        self.groups.pop(key, None)
+        self.trajs.pop(key, None)
+        self.group_specs.pop(key, None)
+        self.expected_trajs.discard(key)
+        self.pending_rewards.pop(key, None)
+        self.releaser.drop(key)
+        self.queue.drop(key)
+        self.counters["aborted"] += 1
 
     # ---- barrier support -------------------------------------------------------------------
     def open_sources(self) -> list[str]:

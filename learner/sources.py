@@ -112,6 +112,9 @@ class ReadyQueue:
         self._items.append(_Queued(release, self._seq, item))
         self._seq += 1
 
+    def drop(self, key: str) -> None:
+        self._items = [q for q in self._items if q.item.key != key]
+
     def pop(self, admissible: Callable[[WorkItem], bool]) -> WorkItem | None:
         best: _Queued | None = None
         for q in self._items:
@@ -160,6 +163,10 @@ class Releaser:
         if isinstance(item, GrpoContent | GrpoReward):
             return self._seen[key] == 2 * self.group_sizes[key]
         return False
+
+    def drop(self, key: str) -> None:
+        self._held.pop(key, None)
+        self.group_sizes.pop(key, None)
 
     def close_batch(self, now: float) -> None:
         self._batch_closed = True
