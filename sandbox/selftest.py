@@ -167,14 +167,16 @@ def attack_escape_tree(s: Session) -> tuple[bool, str]:
 
 def attack_privileges(s: Session) -> tuple[bool, str]:
     r = s.exec(
-        "echo UID=$(id -u); unshare -r id -u 2>&1 | sed 's/^/UNSHARE=/'; "
+        "echo UID=$(id -u); unshare -r sh -c 'cat /etc/shadow >/dev/null 2>&1 && echo ESCALATED_READ; "
+        "touch /usr/tsrl-pwn 2>/dev/null && echo ESCALATED_WRITE' 2>&1; "
         "su -c 'echo SU=$(id -u)' 2>&1 </dev/null | head -2; "
         "python3 -c \"import os\ntry:\n os.setuid(0); print('SETUID=0')\nexcept Exception as e: print('setuid', e)\"; "
         "grep CapEff /proc/self/status",
         timeout=30,
     )
     out = r.stdout
-    root = any(tag in out for tag in ("UID=0\n", "UNSHARE=0", "SU=0", "SETUID=0"))
+    tags = ("UID=0\n", "ESCALATED_READ", "ESCALATED_WRITE", "SU=0", "SETUID=0")
+    root = any(tag in out for tag in tags)
     cap = [ln for ln in out.splitlines() if ln.startswith("CapEff")]
     caps_zero = bool(cap) and cap[0].split()[-1].strip("0") == ""
     return (not root and caps_zero), out.strip().replace("\n", " | ")[:300]

@@ -1,0 +1,301 @@
+"""`docker` backend: one container per session through the docker SDK.
+
+In production this talks to Docker; on these machines (no Docker engine) it talks to podman's
+Docker-compatible socket (`podman system service`), started on demand by `ensure_podman_socket`
+- the same SDK code path. The container runs `sleep infinity` from the task image as uid 65534
+with no network (unless the task allows it), all capabilities dropped, no-new-privileges,
+memory / cpu / pids limits and nofile / nproc / fsize ulimits (podman needs explicit nofile and
+nproc ulimits). The task directory is copied in with put_archive. Each exec is wrapped in
+coreutils `timeout` and watched from the host; on a timeout every process of the sandbox user is
+killed (`kill -9 -1`), which also catches setsid / daemonised children. Closing removes the
+container (and everything left in it). An exit of 137 that is not a timeout is reported as
+oom_killed (the memory cgroup's OOM killer is the only other source of SIGKILL).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import shutil
+import subprocess
+import tarfile
+import threading
+import time
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from sandbox.executor import Backend, ExecResult, SandboxError, SessionSpec
+from sandbox.output import HeadTail
+
+DEFAULT_IMAGE = os.environ.get("THUNDERSYNC_SANDBOX_IMAGE", "thundersync-sandbox:bookworm")
+PODMAN_SOCKET = "/run/podman/podman.sock"
+UID = 65534
+
+
+def ensure_podman_socket(path: str = PODMAN_SOCKET, idle_s: int = 600) -> str:
+    """URL of a Docker-compatible socket: DOCKER_HOST, a running podman service, or a new one."""
+    if os.environ.get("DOCKER_HOST"):
+        return os.environ["DOCKER_HOST"]
+    if os.path.exists("/var/run/docker.sock"):
+        return "unix:///var/run/docker.sock"
+    url = f"unix://{path}"
+    if _ping(url):
+        return url
+    if not shutil.which("podman"):
+        raise SandboxError(
+            "no Docker engine and no podman: run `sudo bash scripts/setup.d/20-sandbox.sh` "
+            "(installs podman + runc and imports the sandbox image)"
+        )
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    subprocess.Popen(
+        ["podman", "system", "service", f"--time={idle_s}", url],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    for _ in range(100):
+        if _ping(url):
+            return url
+        time.sleep(0.1)
+    raise SandboxError(f"podman system service did not answer on {url} within 10 s")
+
+
+def _ping(url: str) -> bool:
+    import docker
+
+    try:
+        docker.DockerClient(base_url=url, timeout=5).ping()
+        return True
+    except Exception:
+        return False
+
+
+def _tar_of(files: dict[str, tuple[bytes, int]], dirs: list[str]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for d in dirs:
+            info = tarfile.TarInfo(d)
+            info.type, info.mode, info.uid, info.gid = tarfile.DIRTYPE, 0o755, UID, UID
+            tar.addfile(info)
+        for name, (data, mode) in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.uid, info.gid = len(data), mode, UID, UID
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+class DockerSession:
+    def __init__(self, client: Any, spec: SessionSpec, image: str) -> None:
+        from docker.types import Ulimit
+
+        self.client, self.spec = client, spec
+        lim = spec.limits
+        try:
+            self.container = client.containers.run(
+                spec.image or image,
+                ["sleep", "infinity"],
+                detach=True,
+                network_mode=None if spec.network else "none",
+                mem_limit=f"{lim.memory_mb}m",
+                memswap_limit=f"{lim.memory_mb}m",
+                nano_cpus=int(lim.cpus * 1e9),
+                pids_limit=lim.pids,
+                ulimits=[
+                    Ulimit(name="nofile", soft=4096, hard=4096),
+                    Ulimit(name="nproc", soft=4096, hard=4096),
+                    Ulimit(name="fsize", soft=lim.file_size_mb << 20, hard=lim.file_size_mb << 20),
+                ],
+                cap_drop=["ALL"],
+                # only for the root set-up execs; uid 65534 execs get no capabilities at all
+                cap_add=["CHOWN", "DAC_OVERRIDE", "FOWNER"],
+                security_opt=["no-new-privileges"],
+                labels={"thundersync.sandbox": "1"},
+                hostname="sandbox",
+            )
+        except Exception as e:
+            raise SandboxError(
+                f"could not start a container from {spec.image or image!r}: {e}"
+            ) from e
+        self._closed = False
+        self.reset()
+
+    @property
+    def workdir_inside(self) -> str:
+        return self.spec.mount_at
+
+    def _root_exec(self, cmd: list[str]) -> None:
+        api = self.client.api
+        eid = api.exec_create(self.container.id, cmd, user="0")["Id"]
+        api.exec_start(eid)
+        for _ in range(300):  # podman may return from exec_start early: poll
+            info = api.exec_inspect(eid)
+            if not info.get("Running"):
+                if info.get("ExitCode"):
+                    raise SandboxError(
+                        f"setting up the container failed: {cmd} -> {info.get('ExitCode')}"
+                    )
+                return
+            time.sleep(0.05)
+
+    def reset(self) -> None:
+        dirs = [self.spec.mount_at, *self.spec.scratch]
+        q = " ".join(f"'{d}'" for d in dirs)
+        self._root_exec(["sh", "-c", f"rm -rf {q} && mkdir -p {q} && chown {UID}:{UID} {q}"])
+        if self.spec.workdir is not None:
+            files: dict[str, tuple[bytes, int]] = {}
+            subdirs = []
+            root = Path(self.spec.workdir)
+            for p in sorted(root.rglob("*")):
+                rel = str(p.relative_to(root))
+                if p.is_dir() and not p.is_symlink():
+                    subdirs.append(rel)
+                elif p.is_file() and not p.is_symlink():
+                    files[rel] = (p.read_bytes(), p.stat().st_mode & 0o777)
+            self.container.put_archive(self.spec.mount_at, _tar_of(files, subdirs))
+
+    def exec(
+        self, cmd: str, timeout: float = 60.0, env: dict[str, str] | None = None
+    ) -> ExecResult:
+        if self._closed:
+            raise SandboxError("session is closed")
+        api = self.client.api
+        wrapped = ["timeout", "-k", "2", str(max(1, int(timeout + 0.999))), "bash", "-c", cmd]
+        environment = {"HOME": "/tmp", "LANG": "C.UTF-8", **self.spec.env, **(env or {})}
+        cap = self.spec.limits.output_bytes
+        out, err = HeadTail(cap), HeadTail(cap)
+        start = time.monotonic()
+        try:
+            eid = api.exec_create(
+                self.container.id,
+                wrapped,
+                user=f"{UID}:{UID}",
+                workdir=self.spec.mount_at,
+                environment=environment,
+            )["Id"]
+            stream = api.exec_start(eid, stream=True, demux=True)
+        except Exception as e:
+            raise SandboxError(f"exec failed in container {self.container.id[:12]}: {e}") from e
+
+        def pump() -> None:
+            with contextlib.suppress(Exception):
+                for o, e in stream:
+                    if o:
+                        out.feed(o)
+                    if e:
+                        err.feed(e)
+
+        t = threading.Thread(target=pump, daemon=True)
+        t.start()
+        t.join(timeout + 10)
+        hung = t.is_alive()
+        duration = time.monotonic() - start
+        code = -1
+        for _ in range(50):  # poll the exit code (podman: detach + poll, not wait)
+            info = api.exec_inspect(eid)
+            if not info.get("Running"):
+                code = int(info.get("ExitCode") or 0)
+                break
+            time.sleep(0.1)
+        timed_out = hung or (code in (124, 137) and duration >= timeout - 0.5)
+        if timed_out:
+            with contextlib.suppress(Exception):
+                api.exec_start(
+                    api.exec_create(self.container.id, ["kill", "-9", "-1"], user=f"{UID}:{UID}")
+                )
+        return ExecResult(
+            exit_code=137 if timed_out else code,
+            stdout=out.text(),
+            stderr=err.text(),
+            truncated=out.truncated or err.truncated,
+            timed_out=timed_out,
+            oom_killed=(code == 137 and not timed_out),
+            duration_s=round(duration, 4),
+        )
+
+    def _kill_leftovers(self) -> None:
+        """No process outlives its exec (as with the local backend): kill every uid-65534
+        process; when even that cannot start (pids exhausted by a fork bomb), restart."""
+        api = self.client.api
+        try:
+            eid = api.exec_create(self.container.id, ["kill", "-9", "-1"], user=f"{UID}:{UID}")[
+                "Id"
+            ]
+            api.exec_start(eid)
+            for _ in range(100):
+                info = api.exec_inspect(eid)
+                if not info.get("Running"):
+                    if info.get("ExitCode") in (0, 1):  # 1: nothing left to kill
+                        return
+                    break
+                time.sleep(0.05)
+        except Exception:
+            pass
+        self.container.kill()
+        self.container.start()
+        for _ in range(100):  # until the restarted container accepts execs again
+            with contextlib.suppress(Exception):
+                eid = api.exec_create(self.container.id, ["true"], user=f"{UID}:{UID}")["Id"]
+                api.exec_start(eid)
+                if api.exec_inspect(eid).get("ExitCode") == 0:
+                    return
+            time.sleep(0.1)
+
+    def _inside(self, path: str) -> str:
+        p = PurePosixPath(path)
+        return str(p if p.is_absolute() else PurePosixPath(self.spec.mount_at) / p)
+
+    def put_file(self, path: str, data: bytes) -> None:
+        target = PurePosixPath(self._inside(path))
+        r = self.exec(f"mkdir -p '{target.parent}'", timeout=30)
+        if not r.ok:
+            raise SandboxError(
+                f"put_file({path!r}): cannot create {target.parent}: {r.stderr.strip()}"
+            )
+        self.container.put_archive(str(target.parent), _tar_of({target.name: (data, 0o644)}, []))
+
+    def get_file(self, path: str) -> bytes | None:
+        try:
+            bits, _ = self.container.get_archive(self._inside(path))
+        except Exception:
+            return None
+        with tarfile.open(fileobj=io.BytesIO(b"".join(bits))) as tar:
+            member = next((m for m in tar.getmembers() if m.isfile()), None)
+            f = tar.extractfile(member) if member else None
+            return f.read() if f else None
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with contextlib.suppress(Exception):
+            self.container.remove(force=True)
+
+    def __enter__(self) -> DockerSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class DockerExecutor:
+    backend = Backend.DOCKER
+
+    def __init__(self, base_url: str | None = None, image: str = DEFAULT_IMAGE) -> None:
+        import docker
+
+        self.client = docker.DockerClient(base_url=base_url or ensure_podman_socket(), timeout=120)
+        self.image = image
+
+    def open(self, spec: SessionSpec) -> DockerSession:
+        return DockerSession(self.client, spec, self.image)
+
+    def cleanup(self) -> int:
+        """Remove every container this backend started (after a crash); returns how many."""
+        n = 0
+        for c in self.client.containers.list(all=True, filters={"label": "thundersync.sandbox=1"}):
+            with contextlib.suppress(Exception):
+                c.remove(force=True)
+                n += 1
+        return n
