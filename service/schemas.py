@@ -7,10 +7,41 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 RunStatus = Literal["queued", "starting", "running", "succeeded", "failed", "cancelled"]
 SpanRole = Literal["rollout", "tool", "teacher", "learner", "barrier"]
+
+
+def _find_nul(value: Any, path: str) -> str | None:
+    if isinstance(value, str):
+        return path if "\x00" in value else None
+    if isinstance(value, dict):
+        for k, v in value.items():
+            hit = _find_nul(k, path) or _find_nul(v, f"{path}.{k}" if path else str(k))
+            if hit is not None:
+                return hit
+    if isinstance(value, list):
+        for i, v in enumerate(value):
+            hit = _find_nul(v, f"{path}[{i}]")
+            if hit is not None:
+                return hit
+    return None
+
+
+class RequestBody(BaseModel):
+    """Base of every request body: unknown fields and NUL characters are refused (PostgreSQL
+    cannot store NUL in text, so it is rejected up front with 422 instead of failing later)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_nul(cls, data: Any) -> Any:
+        hit = _find_nul(data, "")
+        if hit is not None:
+            raise ValueError(f"{hit or 'body'}: contains a NUL character (\\u0000); remove it")
+        return data
 
 
 class Message(BaseModel):
@@ -25,8 +56,7 @@ class Health(BaseModel):
 # --- tokens -------------------------------------------------------------------------------------
 
 
-class TokenCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class TokenCreate(RequestBody):
     name: str = Field(min_length=1, max_length=100, description="who or what uses the token")
     is_admin: bool = Field(False, description="admins create and revoke tokens")
 
@@ -53,8 +83,7 @@ class TokensPublic(BaseModel):
 # --- runs ---------------------------------------------------------------------------------------
 
 
-class RunCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class RunCreate(RequestBody):
     recipe: str | None = Field(
         None, max_length=200, description="recipe name (recipes/NAME.yaml), e.g. 'grpo-toy'"
     )
@@ -166,8 +195,7 @@ class TaskSetKind(StrEnum):
     SKYRL_GYM = "skyrl-gym"
 
 
-class TaskSetCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class TaskSetCreate(RequestBody):
     name: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._-]+$")
     kind: TaskSetKind
     source: str = Field(
@@ -177,8 +205,7 @@ class TaskSetCreate(BaseModel):
     meta: dict[str, Any] = Field(default_factory=dict)
 
 
-class TaskSetUpdate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class TaskSetUpdate(RequestBody):
     description: str | None = Field(None, max_length=5000)
     meta: dict[str, Any] | None = None
 

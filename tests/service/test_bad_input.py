@@ -82,3 +82,15 @@ def test_malformed_ids_and_params_are_422(client: TestClient, new_token: Headers
     assert client.get("/api/v1/runs?skip=99999999999999999999", headers=h).status_code == 422
     assert client.get("/api/v1/runs?status=bogus", headers=h).status_code == 422
     assert client.get("/api/v1/runs?name=a%00b", headers=h).status_code == 422
+
+
+def test_nul_characters_are_422_on_every_database(client: TestClient, new_token: Headers) -> None:
+    h = new_token("u")
+    res = client.post(
+        "/api/v1/task-sets", json={"name": "a", "kind": "seta", "source": "x\x00y"}, headers=h
+    )
+    assert res.status_code == 422 and "source: contains a NUL" in res.text
+    res = client.post(
+        "/api/v1/runs", json={"recipe": "grpo-toy", "overrides": {"name": "\x00"}}, headers=h
+    )
+    assert res.status_code == 422 and "overrides.name" in res.text
