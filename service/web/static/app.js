@@ -177,6 +177,8 @@ function applySpans(msg) {
   charts.timeline.data.datasets.forEach((ds, i) => {
     ds.data = state.spans.filter((s) => s.role === LANES[i]).map((s) => ({ x: [s.start - t0, Math.max(s.end, s.start + 1e-4) - t0], y: s.role, kind: s.kind, update: s.update }));
   });
+  const shown = state.spans.map((s) => s.start - t0);
+  charts.timeline.options.scales.x.min = shown.length ? Math.floor(Math.min(...shown) * 10) / 10 : undefined;
   charts.timeline.update("none");
 }
 
