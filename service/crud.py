@@ -37,13 +37,28 @@ def get_token_by_secret(*, session: Session, secret: str) -> Token | None:
     return row
 
 
+CONFIGURED_ADMIN = "admin"
+
+
 def ensure_admin_token(*, session: Session, secret: str) -> Token:
-    """Register the configured admin token (by digest); re-enable it if it was revoked."""
-    row = session.scalar(select(Token).where(Token.token_hash == hash_token(secret)))
+    """Register the configured admin token (by digest); re-enable it if it was revoked. An admin
+    token configured on an earlier start (another secret) is revoked: only the current one works.
+    Runs keep their owner, so runs of an earlier admin token become invisible, not deleted."""
+    digest = hash_token(secret)
+    for old in session.scalars(
+        select(Token).where(
+            Token.name == CONFIGURED_ADMIN,
+            Token.is_admin.is_(True),
+            Token.token_hash != digest,
+            Token.revoked_at.is_(None),
+        )
+    ):
+        old.revoked_at = utcnow()
+    row = session.scalar(select(Token).where(Token.token_hash == digest))
     if row is None:
         row = Token(
-            name="admin",
-            token_hash=hash_token(secret),
+            name=CONFIGURED_ADMIN,
+            token_hash=digest,
             prefix=display_prefix(secret),
             is_admin=True,
         )

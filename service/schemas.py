@@ -7,7 +7,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 RunStatus = Literal["queued", "starting", "running", "succeeded", "failed", "cancelled"]
 SpanRole = Literal["rollout", "tool", "teacher", "learner", "barrier"]
@@ -57,8 +57,21 @@ class Health(BaseModel):
 
 
 class TokenCreate(RequestBody):
-    name: str = Field(min_length=1, max_length=100, description="who or what uses the token")
+    name: str = Field(
+        min_length=1,
+        max_length=100,
+        description="who or what uses the token ('admin' is reserved for the configured one)",
+    )
     is_admin: bool = Field(False, description="admins create and revoke tokens")
+
+    @field_validator("name")
+    @classmethod
+    def _not_reserved(cls, v: str) -> str:
+        if v == "admin":
+            raise ValueError(
+                "'admin' is reserved for the token given to `tsrl serve`: pick another"
+            )
+        return v
 
 
 class TokenPublic(BaseModel):

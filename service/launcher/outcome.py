@@ -7,6 +7,8 @@ from pathlib import Path
 
 FINAL = ("succeeded", "failed", "cancelled")
 EXIT_CANCELLED = 3
+# frames drawn around CLI errors (typer / rich): not part of the message
+BOX_CHARS = " \t│┃╭╮╰╯─━|"
 
 
 def read_status_file(run_dir: Path) -> tuple[str, str] | None:
@@ -24,14 +26,23 @@ def last_output_line(run_dir: Path, limit: int = 300) -> str:
         with (run_dir / "output.log").open("rb") as f:
             f.seek(0, 2)
             f.seek(max(0, f.tell() - 8192))
-            lines = [ln for ln in f.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+            text = f.read().decode("utf-8", "replace")
     except OSError:
         return ""
-    return lines[-1].strip()[:limit] if lines else ""
+    for line in reversed(text.splitlines()):
+        clean = line.strip(BOX_CHARS)
+        if any(ch.isalnum() for ch in clean):
+            return clean[:limit]
+    return ""
 
 
 def decide_outcome(
-    run_dir: Path, exit_code: int | None, *, forced_after_cancel: bool = False, note: str = ""
+    run_dir: Path,
+    exit_code: int | None,
+    *,
+    forced_after_cancel: bool = False,
+    service_shutdown: bool = False,
+    note: str = "",
 ) -> tuple[str, str]:
     """(status, reason). status.json wins; then the exit code (0 ok, 3 cancelled at a barrier)."""
     written = read_status_file(run_dir)
@@ -43,6 +54,8 @@ def decide_outcome(
             "cancelled",
             "driver did not stop at a barrier after the cancel request; it was killed",
         )
+    if service_shutdown and exit_code != 0:
+        return "cancelled", "stopped because the service shut down; submit the run again"
     tail = last_output_line(run_dir)
     hint = f"; last output: {tail}" if tail else "; see the run's logs"
     if exit_code == 0:

@@ -72,6 +72,10 @@ class Launcher:
             for run_id, handle in list(self.handles.items()):
                 if handle.adopted:
                     continue
+                with session_scope(self.factory) as session:
+                    run = session.get(Run, run_id)
+                    if run is not None:
+                        (Path(run.run_dir) / "CANCEL").touch()
                 terminate = getattr(handle, "terminate", None)
                 if terminate is not None:
                     terminate()
@@ -83,7 +87,7 @@ class Launcher:
                 with session_scope(self.factory) as session:
                     run = session.get(Run, run_id)
                     if run is not None:
-                        self._finalize(session, run, handle, note=" (service shutting down)")
+                        self._finalize(session, run, handle, shutdown=True)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -149,6 +153,7 @@ class Launcher:
         handle: Handle | None,
         *,
         forced: bool = False,
+        shutdown: bool = False,
         note: str = "",
     ) -> None:
         ingest_run(session, run)
@@ -159,7 +164,11 @@ class Launcher:
                 note or "the driver (adopted after a service restart) exited without a status.json"
             )
         status, reason = decide_outcome(
-            Path(run.run_dir), code, forced_after_cancel=forced, note=note
+            Path(run.run_dir),
+            code,
+            forced_after_cancel=forced,
+            service_shutdown=shutdown,
+            note=note,
         )
         run.status = status
         run.reason = reason

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
-from conftest import ADMIN_TOKEN, bearer
+from conftest import ADMIN_TOKEN, bearer, make_settings
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
 
+from service.main import create_app
 from service.settings import Settings
 
 
@@ -71,3 +73,18 @@ def test_tokens_are_stored_hashed_never_in_plaintext(
     import hashlib
 
     assert hashlib.sha256(secret.encode()).hexdigest() in dump
+
+
+def test_restart_with_a_new_admin_token_revokes_the_old_one(
+    database_url: str, tmp_path: Path
+) -> None:
+    first = make_settings(database_url, tmp_path, admin_token="first-admin-secret")
+    with TestClient(create_app(first, launch=False)) as c:
+        assert c.get("/api/v1/runs", headers=bearer("first-admin-secret")).status_code == 200
+        made = c.post("/api/v1/tokens", json={"name": "ci"}, headers=bearer("first-admin-secret"))
+        ci = made.json()["token"]
+    second = make_settings(database_url, tmp_path, admin_token="second-admin-secret")
+    with TestClient(create_app(second, launch=False)) as c:
+        assert c.get("/api/v1/runs", headers=bearer("first-admin-secret")).status_code == 401
+        assert c.get("/api/v1/runs", headers=bearer("second-admin-secret")).status_code == 200
+        assert c.get("/api/v1/runs", headers=bearer(ci)).status_code == 200

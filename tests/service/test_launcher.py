@@ -196,3 +196,17 @@ def test_restart_adopts_a_live_driver_and_ingests_exactly_once(
         run = s.scalar(select(Run).where(Run.id == uuid.UUID(run_id)))
         assert run is not None and run.metrics_offset == (run_dir / "metrics.jsonl").stat().st_size
     engine.dispose()
+
+
+def test_stopping_the_service_cancels_its_runs(database_url: str, tmp_path: Path) -> None:
+    settings = make_settings(database_url, tmp_path)
+    h = bearer(ADMIN_TOKEN)
+    with TestClient(create_app(settings)) as c:
+        run_id = submit(c, h, name="slow", overrides={"updates": 1000})
+        wait_for(
+            lambda: c.get(f"/api/v1/runs/{run_id}", headers=h).json(),
+            lambda r: r["status"] == "running",
+        )
+    with TestClient(create_app(settings, launch=False)) as c:
+        got = c.get(f"/api/v1/runs/{run_id}", headers=h).json()
+    assert got["status"] == "cancelled" and got["finished_at"] is not None
