@@ -119,6 +119,19 @@ class GroupClosed(_Event):
         return f"group_closed:{self.run_id}:{self.update}:{self.group_id}"
 
 
+class TrajectoryAborted(_Event):
+    """A rollout failed: the learner drops what it holds for this trajectory (it is rerun)."""
+
+    type: Literal["trajectory_aborted"] = "trajectory_aborted"
+    update: int = Field(ge=0)
+    traj_id: str
+    group_id: str
+    reason: str = ""
+
+    def dedup_key(self) -> str:
+        return f"trajectory_aborted:{self.run_id}:{self.update}:{self.traj_id}"
+
+
 class BatchClosed(_Event):
     type: Literal["batch_closed"] = "batch_closed"
     update: int = Field(ge=0)
@@ -133,6 +146,9 @@ class PolicyPublished(_Event):
     type: Literal["policy_published"] = "policy_published"
     version: int = Field(ge=0)
     uri: str = Field("", description="where replicas load the weights from")
+    stats: dict[str, float] = Field(
+        default_factory=dict, description="learner-side numbers of the update (L, P, ...)"
+    )
 
     def dedup_key(self) -> str:
         return f"policy_published:{self.run_id}:{self.version}"
@@ -186,6 +202,7 @@ Event = Annotated[
     | GroupRegistered
     | GroupClosed
     | BatchClosed
+    | TrajectoryAborted
     | PolicyPublished
     | ReplicaAcked
     | Span,

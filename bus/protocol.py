@@ -29,6 +29,7 @@ from bus.events import (
     ReplicaAcked,
     SourceReady,
     Span,
+    TrajectoryAborted,
 )
 
 
@@ -41,7 +42,9 @@ class Topic(StrEnum):
 def default_topic(event: Event) -> Topic:
     """Route an event to its topic. Everything the learner's barrier depends on shares one topic, so
     a GroupClosed can never overtake the sources of its group."""
-    if isinstance(event, SourceReady | GroupRegistered | GroupClosed | BatchClosed):
+    if isinstance(
+        event, SourceReady | GroupRegistered | GroupClosed | BatchClosed | TrajectoryAborted
+    ):
         return Topic.LEARNER
     if isinstance(event, PolicyPublished | ReplicaAcked):
         return Topic.CONTROL

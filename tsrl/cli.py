@@ -58,7 +58,7 @@ def config_schema() -> None:
     typer.echo(json.dumps(RunConfig.model_json_schema(), indent=2))
 
 
-_PACKAGES = ["learner", "bench", "sandbox", "rollout", "teacher", "bus", "service"]
+_PACKAGES = ["learner", "bench", "sandbox", "rollout", "teacher", "bus", "service", "driver"]
 _ROOT = Path(__file__).resolve().parent.parent
 
 

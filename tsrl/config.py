@@ -112,6 +112,7 @@ class EnvConfig(_Section):
     name: str = "toy"
     tasks: str | None = None
     sandbox: str = "local"
+    tool_seconds: float = Field(0.0, ge=0, description="toy env: sandbox tool-call duration")
 
 
 class RunConfig(_Section):

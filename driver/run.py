@@ -1,0 +1,498 @@
+"""The run driver: one update after another, rollouts overlapping the learner in its own process.
+
+    for k in updates:
+        register the update's groups; run trajectories (concurrency-limited, tools async)
+          each finished trajectory (GRPO) / teacher-scored turn (OPD) -> SourceReady on the bus
+        batch closed -> the learner steps -> theta_{k+1} published -> engine loads it -> ack
+        metrics + spans -> run dir; checkpoint every N (learner side); CANCEL checked here,
+        i.e. between barriers, never inside an optimizer step
+A failed trajectory is rerun from scratch under theta_k; for OPD its already-sent turns are
+aborted first, so nothing partial reaches the learner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import multiprocessing as mp
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from bus.events import (
+    BatchClosed,
+    GroupClosed,
+    GroupRegistered,
+    PolicyPublished,
+    ReplicaAcked,
+    Role,
+    SourceKind,
+    SourceReady,
+    Span,
+    TrajectoryAborted,
+)
+from driver.learner_proc import LearnerSpec, learner_main, weights_dir
+from driver.rundir import RunDir
+from driver.tasks import PlannedTrajectory, plan_update, task_pool
+from rollout.agent_loop import AgentLoop, AgentLoopConfig, RolloutTask
+from rollout.trajectory import Trajectory, Turn
+from rollout.types import SamplingParams
+from tsrl.config import Objective, RunConfig, Schedule
+
+EXIT_CANCELLED = 3
+
+
+class RunFailed(RuntimeError):
+    pass
+
+
+class _Callbacks:
+    """Agent-loop callbacks -> bus events (called on the rollout event loop thread)."""
+
+    def __init__(self, driver: RunDriver, update: int, plans: dict[str, PlannedTrajectory]) -> None:
+        self.d, self.update, self.plans = driver, update, plans
+        self.sources = 0
+        self.last_ready = 0.0
+        self.rewards: list[float] = []
+        self.tokens = 0
+
+    def _src(self, **kw: Any) -> None:
+        ev = SourceReady(
+            run_id=self.d.run_id, update=self.update, policy_version=self.d.engine.version, **kw
+        )
+        self.d.bus.publish(ev)
+        self.sources += 1
+        self.last_ready = max(self.last_ready, ev.ready_at)
+
+    def on_turn_completed(self, traj: Trajectory, turn: Turn) -> None:
+        if self.d.cfg.objective is not Objective.OPD:
+            return
+        prompt, resp = traj.prompt_ids, traj.response_ids
+        end = turn.context_len + len(turn.action_ids)
+        ids = (prompt + resp)[: end - len(turn.action_ids)] + list(turn.action_ids)
+        mask = [0] * (end - len(turn.action_ids)) + [1] * len(turn.action_ids)
+        tlp = [0.0] * (end - len(turn.action_ids)) + list(turn.teacher_logprobs or [])
+        start = (
+            0
+            if turn.index == 0
+            else traj.turns[turn.index - 1].context_len + len(traj.turns[turn.index - 1].action_ids)
+        )
+        self._src(
+            kind=SourceKind.OPD_TURN,
+            source_id=f"{traj.trajectory_id}/turn{turn.index}",
+            group_id=traj.trajectory_id,
+            traj_id=traj.trajectory_id,
+            turn=turn.index,
+            token_ids=ids,
+            action_mask=mask,
+            prompt_len=start,
+            teacher_logprobs=tlp,
+        )
+
+    def on_reward_ready(self, traj: Trajectory, reward: float) -> None:
+        self.rewards.append(reward)
+        if self.d.cfg.objective is not Objective.GRPO:
+            return
+        plan = self.plans[traj.trajectory_id]
+        self._src(
+            kind=SourceKind.GRPO_TRAJECTORY,
+            source_id=traj.trajectory_id,
+            group_id=plan.group_id,
+            traj_id=traj.trajectory_id,
+            token_ids=traj.prompt_ids + traj.response_ids,
+            action_mask=[0] * len(traj.prompt_ids) + traj.loss_mask,
+            prompt_len=len(traj.prompt_ids),
+            reward=reward,
+        )
+
+    def on_trajectory_completed(self, traj: Trajectory) -> None:
+        self.tokens += len(traj.response_ids)
+        if self.d.cfg.objective is Objective.OPD:
+            self.d.bus.publish(
+                GroupClosed(
+                    run_id=self.d.run_id,
+                    update=self.update,
+                    group_id=traj.trajectory_id,
+                    sources=len(traj.turns),
+                )
+            )
+        self.d.rundir.spans(_turn_spans(traj, self.update))
+
+
+def _turn_spans(traj: Trajectory, update: int) -> list[dict[str, Any]]:
+    out = []
+    for t in traj.turns:
+        ids = {"traj": traj.trajectory_id, "turn": str(t.index)}
+        out.append(
+            {
+                "type": "span",
+                "update": update,
+                "role": "rollout",
+                "kind": "generate",
+                "ids": ids,
+                "start": t.gen_start,
+                "end": t.gen_end,
+            }
+        )
+        if t.tool_start is not None and t.tool_end is not None:
+            out.append(
+                {
+                    "type": "span",
+                    "update": update,
+                    "role": "tool",
+                    "kind": "tool_call",
+                    "ids": ids,
+                    "start": t.tool_start,
+                    "end": t.tool_end,
+                }
+            )
+        if t.teacher_start is not None and t.teacher_end is not None:
+            out.append(
+                {
+                    "type": "span",
+                    "update": update,
+                    "role": "teacher",
+                    "kind": "score",
+                    "ids": ids,
+                    "start": t.teacher_start,
+                    "end": t.teacher_end,
+                }
+            )
+    return out
+
+
+class RunDriver:
+    def __init__(
+        self,
+        cfg: RunConfig,
+        run_dir: str | Path,
+        *,
+        resume: bool = False,
+        bus_kind: str = "process",
+        log_batches: bool = False,
+        fail_first: Sequence[str] = (),
+        progress: Any = None,
+    ) -> None:
+        self.cfg = cfg
+        self.rundir = RunDir(run_dir)
+        self.run_id = f"{cfg.name}-{os.getpid()}-{int(time.time())}"
+        self.resume = resume
+        self.bus_kind = bus_kind
+        self.log_batches = log_batches
+        self.fail_first = set(
+            fail_first
+        )  # fault injection for tests: these trajectories crash once
+        self.progress = progress
+        self.start_update = 0
+
+    # ---- set-up ----------------------------------------------------------------------------
+    def _models(self) -> tuple[Path, Path | None]:
+        from tsrl.models import build_tiny_model, load_tokenizer
+
+        root = self.rundir.path
+        if self.cfg.model.path:
+            student = Path(self.cfg.model.path)
+        else:
+            student = root / "model"
+            if not (student / "config.json").exists():
+                build_tiny_model(student, seed=self.cfg.model.tiny_seed)
+        teacher: Path | None = None
+        if self.cfg.objective is Objective.OPD:
+            if self.cfg.teacher.model:
+                teacher = Path(self.cfg.teacher.model)
+            else:
+                teacher = root / "teacher"
+                if not (teacher / "config.json").exists():
+                    build_tiny_model(
+                        teacher,
+                        seed=self.cfg.model.tiny_seed + 1,
+                        tokenizer=load_tokenizer(student),
+                    )
+        return student, teacher
+
+    def _placement(self) -> tuple[int | None, int | None]:
+        cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+        if len(cpus) >= 2:
+            return cpus[0], cpus[-1]  # rollout side, learner
+        return None, None
+
+    def _make_bus(self) -> Any:
+        if self.bus_kind == "process":
+            from bus.mp import ProcessBus
+
+            return ProcessBus()
+        from bus.protocol import make_bus
+
+        return make_bus(self.bus_kind, prefix=f"tsrl:{self.run_id}")
+
+    # ---- the run ---------------------------------------------------------------------------
+    def run(self) -> int:
+        try:
+            code = self._run()
+            self.rundir.status(
+                "cancelled" if code == EXIT_CANCELLED else "succeeded",
+                "cancel requested; stopped at a barrier" if code == EXIT_CANCELLED else "",
+            )
+            return code
+        except BaseException as e:
+            self.rundir.log(f"failed: {type(e).__name__}: {e}")
+            self.rundir.status("failed", f"{type(e).__name__}: {e}")
+            raise
+        finally:
+            self.rundir.close()
+
+    def _run(self) -> int:
+        import torch
+
+        from rollout.chat import TokenizerChatFormat
+        from rollout.hf_engine import HFEngine
+        from tsrl.models import load_tokenizer
+
+        cfg = self.cfg
+        student, teacher_dir = self._models()
+        roll_cpu, learn_cpu = self._placement()
+        self.rundir.log(f"placement: rollout+driver on cpu {roll_cpu}, learner on cpu {learn_cpu}")
+        (self.rundir.path / "config.json").write_text(cfg.model_dump_json(indent=2))
+        version = 0
+        if self.resume:
+            from learner.checkpoint import checkpoint_path
+
+            ck = checkpoint_path(self.rundir.path / "checkpoints")
+            if not ck.exists():
+                raise RunFailed(f"--resume: no checkpoint at {ck}; set checkpoint_every > 0")
+            version = int(torch.load(ck, weights_only=False)["version"])
+        self.start_update = version
+        self.bus = self._make_bus()
+        asynchronous = cfg.schedule in (Schedule.ASYNC, Schedule.FULLY_ASYNC)
+        spec = LearnerSpec(
+            cfg.model_dump_json(),
+            str(student),
+            str(self.rundir.path),
+            self.run_id,
+            replicas=() if asynchronous else ("engine-0",),
+            cpu=learn_cpu,
+            resume=self.resume,
+            log_batches=self.log_batches,
+        )
+        self.proc = mp.get_context("spawn").Process(
+            target=learner_main, args=(spec, self.bus), daemon=True
+        )
+        self.proc.start()
+        if roll_cpu is not None:
+            os.sched_setaffinity(0, {roll_cpu})
+        torch.set_num_threads(1)
+        # generation threads hold the GIL between torch ops; a short switch interval lets the bus
+        # feeder thread hand a ready source to the learner within a millisecond or so
+        sys.setswitchinterval(0.0005)
+        self.ctrl = self.bus.subscribe("control", "driver", "driver-0")
+        self.span_sub = self.bus.subscribe("spans", "driver", "driver-0")
+        self.engine = HFEngine(
+            weights_dir(self.rundir.path, version) if version else student, version=version
+        )
+        tok = load_tokenizer(student)
+        teacher = None
+        if teacher_dir is not None:
+            from teacher.client import TeacherClient
+            from teacher.scorer import HFScorer
+
+            teacher = TeacherClient(
+                HFScorer.from_dir(teacher_dir),
+                timeout_s=cfg.teacher.timeout_s,
+                retries=cfg.teacher.retries,
+            )
+        self.loop_cfg = AgentLoopConfig(
+            max_turns=cfg.rollout.max_turns,
+            sampling=SamplingParams(
+                max_new_tokens=cfg.rollout.max_new_tokens, temperature=cfg.rollout.temperature
+            ),
+            concurrency=1,
+            tool_workers=2,
+        )
+        self.chat = TokenizerChatFormat(tok)
+        self.teacher = teacher
+        pool = task_pool(cfg)
+        self._wait_learner_ready()
+        try:
+            for k in range(version, cfg.updates):
+                if self.rundir.cancel_requested:
+                    return EXIT_CANCELLED
+                self._update(k, pool, asynchronous)
+            return 0
+        finally:
+            if teacher is not None:
+                teacher.close()
+            self.proc.join(timeout=30)
+            if self.proc.is_alive():
+                self.proc.terminate()
+
+    def _update(self, k: int, pool: list[Any], asynchronous: bool) -> None:
+        cfg = self.cfg
+        t0 = time.time()
+        plans = plan_update(cfg, pool, k)
+        by_traj = {p.traj_id: p for p in plans}
+        groups = sorted({p.group_id for p in plans})
+        for g in groups:
+            size = cfg.rollout.group_size if cfg.objective is Objective.GRPO else 1
+            self.bus.publish(GroupRegistered(run_id=self.run_id, update=k, group_id=g, size=size))
+        cb = _Callbacks(self, k, by_traj)
+        asyncio.run(self._rollouts(k, plans, cb))
+        r_end = cb.last_ready or time.time()
+        self.bus.publish(
+            BatchClosed(run_id=self.run_id, update=k, groups=len(groups), sources=cb.sources)
+        )
+        pub = self._wait_published(k + 1)
+        barrier = self._collect_spans(k)
+        t_end = time.time()
+        ids = barrier.ids if barrier is not None else {}
+        L = float(ids.get("L", 0.0))
+        P = (barrier.end - barrier.start) if barrier is not None else 0.0
+        step_s = t_end - t0
+        n_params, tokens = int(ids.get("n_params", 0)), int(ids.get("tokens", 0))
+        flops = 6.0 * n_params * tokens
+        rec = {
+            "update": k,
+            "schedule": cfg.schedule.value,
+            "time": t_end,
+            "step_s": step_s,
+            "R": r_end - t0,
+            "L": L,
+            "P": P,
+            "idle_share": max(0.0, 1.0 - (L + P) / step_s) if step_s > 0 else 0.0,
+            "mfu": flops / (max(L + P, 1e-9) * cfg.mfu_peak_flops),
+            "mfu_wall": flops / (step_s * cfg.mfu_peak_flops),
+            "reward_mean": sum(cb.rewards) / len(cb.rewards) if cb.rewards else 0.0,
+            "tokens": cb.tokens,
+            "learner_tokens": tokens,
+            "sources": cb.sources,
+            "bus_p99_ms": float(ids.get("bus_p99_ms", 0.0)),
+            "ready_to_recv_p99_ms": float(ids.get("ready_to_recv_p99_ms", 0.0)),
+            "learner_peak_rss_mb": float(ids.get("peak_rss_mb", 0.0)),
+            "grad_norm": float(ids.get("grad_norm", 0.0)),
+            "version": pub.version,
+        }
+        self.rundir.update(rec)
+        self.rundir.log(f"update {k}: step {step_s:.2f}s reward {rec['reward_mean']:.3f}")
+        if self.progress is not None:
+            self.progress(rec)
+
+    async def _rollouts(self, k: int, plans: list[PlannedTrajectory], cb: _Callbacks) -> None:
+        sem = asyncio.Semaphore(self.cfg.rollout.concurrency)
+        loop = AgentLoop(self.engine, self.chat, self.loop_cfg, callbacks=cb, teacher=self.teacher)
+
+        async def one(plan: PlannedTrajectory) -> None:
+            attempt, task, tid = 0, plan.task, plan.traj_id
+            while True:
+                try:
+                    async with sem:
+                        if tid in self.fail_first:  # fault injection (tests): crash once
+                            self.fail_first.discard(tid)
+                            task = _crashing(task)
+                        await loop.arun([task], version=self.engine.version)
+                    return
+                except Exception as e:  # a rollout worker died: rerun from scratch under theta_k
+                    attempt += 1
+                    self.rundir.log(f"trajectory {tid} failed ({e!r}); rerun #{attempt}")
+                    if attempt > 3:
+                        raise RunFailed(f"trajectory {tid} failed {attempt} times: {e}") from e
+                    if self.cfg.objective is Objective.OPD:  # drop the turns it already sent
+                        self.bus.publish(
+                            TrajectoryAborted(
+                                run_id=self.run_id,
+                                update=k,
+                                traj_id=tid,
+                                group_id=tid,
+                                reason=repr(e),
+                            )
+                        )
+                    task = RolloutTask(
+                        f"{plan.task.instance_id}~a{attempt}",
+                        plan.task.make_env,
+                        plan.task.prompt,
+                        plan.task.repetition,
+                        plan.task.seed,
+                    )
+                    tid = f"{task.instance_id}#{task.repetition}"
+                    cb.plans[tid] = plan
+                    if self.cfg.objective is Objective.OPD:
+                        self.bus.publish(
+                            GroupRegistered(run_id=self.run_id, update=k, group_id=tid, size=1)
+                        )
+
+        await asyncio.gather(*(one(p) for p in plans))
+
+    def _wait_learner_ready(self, timeout_s: float = 300.0) -> None:
+        deadline = time.time() + timeout_s
+        while time.time() < deadline:
+            for d in self.span_sub.receive(timeout_s=0.5):
+                self.span_sub.ack(d)
+                if isinstance(d.event, Span) and d.event.kind == "ready":
+                    return
+            self._check_learner_alive("start-up")
+        raise RunFailed(f"the learner process did not start within {timeout_s:.0f}s")
+
+    def _check_learner_alive(self, when: str) -> None:
+        if not self.proc.is_alive():
+            err = self.rundir.path / "learner-error.txt"
+            detail = (
+                err.read_text().strip().splitlines()[-1]
+                if err.exists()
+                else f"exit code {self.proc.exitcode}"
+            )
+            raise RunFailed(
+                f"learner process died during {when}: {detail}; "
+                "resume with `tsrl train ... --resume` (needs checkpoint_every > 0)"
+            )
+
+    def _wait_published(self, version: int) -> PolicyPublished:
+        while True:
+            for d in self.ctrl.receive(timeout_s=0.5):
+                e = d.event
+                self.ctrl.ack(d)
+                if isinstance(e, PolicyPublished) and e.version == version:
+                    ack = self.engine.load_weights(version, e.uri)
+                    self.bus.publish(
+                        ReplicaAcked(run_id=self.run_id, replica_id="engine-0", version=ack.version)
+                    )
+                    return e
+            if not self.proc.is_alive():
+                err = self.rundir.path / "learner-error.txt"
+                detail = (
+                    err.read_text().strip().splitlines()[-1]
+                    if err.exists()
+                    else f"exit code {self.proc.exitcode}"
+                )
+                raise RunFailed(
+                    f"learner process died during update {version - 1}: {detail}; "
+                    "resume with `tsrl train ... --resume` (needs checkpoint_every > 0)"
+                )
+
+    def _collect_spans(self, k: int, timeout_s: float = 30.0) -> Span | None:
+        deadline = time.time() + timeout_s
+        while time.time() < deadline:
+            for d in self.span_sub.receive(timeout_s=0.2, max_count=1024):
+                e = d.event
+                self.span_sub.ack(d)
+                if isinstance(e, Span):
+                    self.rundir.spans([e.to_jsonl_record()])
+                    if e.role is Role.BARRIER and e.update == k:
+                        return e
+        return None
+
+
+def _crashing(task: RolloutTask) -> RolloutTask:
+    def boom() -> Any:
+        raise RuntimeError("injected rollout worker crash")
+
+    return RolloutTask(task.instance_id, boom, task.prompt, task.repetition, task.seed)
+
+
+def load_config_arg(config: str, overrides: dict[str, Any] | None = None) -> RunConfig:
+    from tsrl.config import load_run_config
+
+    p = Path(config)
+    if p.suffix == ".json" and p.exists():
+        return load_run_config(data=json.loads(p.read_text()), overrides=overrides)
+    return load_run_config(config, overrides)
