@@ -7,6 +7,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 from fastapi import APIRouter, FastAPI
 from fastapi.responses import FileResponse
@@ -16,6 +17,7 @@ from service import crud
 from service.api.routes import events, health, runs, spans, task_sets, tokens, updates
 from service.db import make_engine, make_session_factory, session_scope, upgrade_to_head
 from service.limits import BodySizeLimit
+from service.schemas import ErrorDetail
 from service.settings import Settings
 
 WEB_DIR = Path(__file__).resolve().parent / "web"
@@ -24,9 +26,23 @@ log = logging.getLogger("tsrl.service")
 
 
 def api_router() -> APIRouter:
-    router = APIRouter(prefix=API_PREFIX)
-    for module in (runs, updates, spans, events, task_sets, tokens):
-        router.include_router(module.router)
+    errors: dict[int | str, dict[str, Any]] = {
+        401: {"model": ErrorDetail, "description": "missing, unknown or revoked token"},
+        413: {"model": ErrorDetail, "description": "request body over the size limit"},
+    }
+    router = APIRouter(prefix=API_PREFIX, responses=errors)
+    for module in (runs, updates, spans, events, task_sets):
+        router.include_router(
+            module.router,
+            responses={404: {"model": ErrorDetail, "description": "not found for this token"}},
+        )
+    router.include_router(
+        tokens.router,
+        responses={
+            403: {"model": ErrorDetail, "description": "needs an admin token"},
+            404: {"model": ErrorDetail, "description": "no such token"},
+        },
+    )
     return router
 
 

@@ -48,6 +48,12 @@ class Message(BaseModel):
     message: str
 
 
+class ErrorDetail(BaseModel):
+    """Error body for 401 / 403 / 404 / 409 / 413: what went wrong and how to fix it."""
+
+    detail: str
+
+
 class Health(BaseModel):
     status: Literal["ok"] = "ok"
     database: str

@@ -210,3 +210,15 @@ def test_stopping_the_service_cancels_its_runs(database_url: str, tmp_path: Path
     with TestClient(create_app(settings, launch=False)) as c:
         got = c.get(f"/api/v1/runs/{run_id}", headers=h).json()
     assert got["status"] == "cancelled" and got["finished_at"] is not None
+
+
+def test_ray_launcher_without_ray_names_the_fix(tmp_path: Path) -> None:
+    import importlib.util
+
+    from service.launcher.supervisor import make_backend
+
+    if importlib.util.find_spec("ray") is not None:
+        pytest.skip("ray is installed here; this checks the message shown without it")
+    settings = make_settings("sqlite://", tmp_path, launcher="ray")
+    with pytest.raises(RuntimeError, match=r"pip install -e '\.\[ray\]'"):
+        make_backend(settings)

@@ -19,7 +19,16 @@ from service.api.deps import (
     TextFilter,
 )
 from service.models import ACTIVE_STATUSES, FINAL_STATUSES
-from service.schemas import LogChunk, Message, RunCreate, RunDetail, RunsPublic, RunStatus, Speedup
+from service.schemas import (
+    ErrorDetail,
+    LogChunk,
+    Message,
+    RunCreate,
+    RunDetail,
+    RunsPublic,
+    RunStatus,
+    Speedup,
+)
 from tsrl.config import ConfigError, load_run_config
 
 router = APIRouter(prefix="/runs", tags=["runs"])
@@ -111,7 +120,7 @@ def read_run(run: OwnedRun) -> RunDetail:
     return RunDetail.model_validate(crud.run_public(run, detail=True).model_dump())
 
 
-@router.post("/{run_id}/cancel", response_model=RunDetail)
+@router.post("/{run_id}/cancel", response_model=RunDetail, responses={409: {"model": ErrorDetail}})
 def cancel_run(request: Request, session: SessionDep, run: OwnedRun) -> RunDetail:
     """Cancel: a queued run stops at once; a started one stops at its next barrier (never inside an
     optimizer step) and ends as `cancelled`."""
@@ -128,7 +137,7 @@ def cancel_run(request: Request, session: SessionDep, run: OwnedRun) -> RunDetai
     return RunDetail.model_validate(crud.run_public(run, detail=True).model_dump())
 
 
-@router.delete("/{run_id}", response_model=Message)
+@router.delete("/{run_id}", response_model=Message, responses={409: {"model": ErrorDetail}})
 def delete_run(session: SessionDep, run: OwnedRun) -> Message:
     """Delete a finished run with its metrics, spans and run directory."""
     if run.status in ACTIVE_STATUSES:

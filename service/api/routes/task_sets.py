@@ -12,6 +12,7 @@ from service import crud
 from service.api.deps import CurrentToken, Limit, SessionDep, Skip
 from service.models import TaskSet
 from service.schemas import (
+    ErrorDetail,
     Message,
     TaskSetCreate,
     TaskSetKind,
@@ -30,7 +31,12 @@ def _owned(session: SessionDep, token: CurrentToken, task_set_id: uuid.UUID) -> 
     return row
 
 
-@router.post("", response_model=TaskSetPublic, status_code=status.HTTP_201_CREATED)
+@router.post(
+    "",
+    response_model=TaskSetPublic,
+    status_code=status.HTTP_201_CREATED,
+    responses={409: {"model": ErrorDetail}},
+)
 def create_task_set(
     session: SessionDep, token: CurrentToken, task_set_in: TaskSetCreate
 ) -> TaskSetPublic:
