@@ -46,8 +46,9 @@ def api_router() -> APIRouter:
     return router
 
 
-def create_app(settings: Settings, *, launch: bool = True) -> FastAPI:
-    """The service app. `launch=False` serves the API without starting drivers (schema tests)."""
+def create_app(settings: Settings, *, launch: bool = True, backend: Any = None) -> FastAPI:
+    """The service app. `launch=False` serves the API without starting drivers (schema tests);
+    `backend` replaces the launcher backend chosen by `settings.launcher`."""
     engine = make_engine(settings.db_url)
     factory = make_session_factory(engine)
 
@@ -64,7 +65,7 @@ def create_app(settings: Settings, *, launch: bool = True) -> FastAPI:
         if launch:
             from service.launcher import Launcher
 
-            launcher = Launcher(settings, factory)
+            launcher = Launcher(settings, factory, backend)
             launcher.start()
         app.state.launcher = launcher
         try:

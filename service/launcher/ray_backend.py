@@ -9,11 +9,13 @@ DIR/CANCEL). The job's logs are copied into DIR/output.log. `ray` is an optional
 from __future__ import annotations
 
 import shlex
+import time
 from pathlib import Path
 from typing import Any
 
 from service.launcher.backends import Handle
 
+LOG_COPY_EVERY_S = 5.0
 _EXIT = {"SUCCEEDED": 0, "FAILED": 1, "STOPPED": -15}
 
 
@@ -24,6 +26,7 @@ class RayJobHandle:
         self.client = client
         self.job_id = job_id
         self.run_dir = run_dir
+        self._logs_at = 0.0
 
     def _copy_logs(self) -> None:
         try:
@@ -37,6 +40,10 @@ class RayJobHandle:
         if status in _EXIT:
             self._copy_logs()
             return _EXIT[status]
+        now = time.monotonic()
+        if now - self._logs_at >= LOG_COPY_EVERY_S:
+            self._logs_at = now
+            self._copy_logs()
         return None
 
     def kill(self) -> None:
@@ -49,7 +56,12 @@ class RayJobHandle:
 class RayJobBackend:
     name = "ray"
 
-    def __init__(self, driver_command: list[str], address: str | None) -> None:
+    def __init__(self, driver_command: list[str], address: str | None, client: Any = None) -> None:
+        """`client`: a JobSubmissionClient (made from `address` when None)."""
+        self.driver_command = driver_command
+        if client is not None:
+            self.client = client
+            return
         try:
             from ray.job_submission import JobSubmissionClient
         except ImportError as err:
@@ -57,7 +69,6 @@ class RayJobBackend:
                 "launcher 'ray' needs the ray package: pip install -e '.[ray]' "
                 "(or use --launcher embedded)"
             ) from err
-        self.driver_command = driver_command
         self.client = JobSubmissionClient(address or "http://127.0.0.1:8265")
 
     def start(self, run_id: str, config_path: Path, run_dir: Path) -> Handle:

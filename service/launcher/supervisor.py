@@ -41,10 +41,12 @@ def make_backend(settings: Settings) -> Any:
 
 
 class Launcher:
-    def __init__(self, settings: Settings, factory: sessionmaker[Session]) -> None:
+    def __init__(
+        self, settings: Settings, factory: sessionmaker[Session], backend: Any = None
+    ) -> None:
         self.settings = settings
         self.factory = factory
-        self.backend = make_backend(settings)
+        self.backend = backend if backend is not None else make_backend(settings)
         self.handles: dict[uuid.UUID, Handle] = {}
         self._wake = threading.Event()
         self._stop = threading.Event()
