@@ -5,11 +5,21 @@ Docker-compatible socket (`podman system service`), started on demand by `ensure
 - the same SDK code path. The container runs `sleep infinity` from the task image as uid 65534
 with no network (unless the task allows it), all capabilities dropped, no-new-privileges,
 memory / cpu / pids limits and nofile / nproc / fsize ulimits (podman needs explicit nofile and
-nproc ulimits). The task directory is copied in with put_archive. Each exec is wrapped in
-coreutils `timeout` and watched from the host; on a timeout every process of the sandbox user is
-killed (`kill -9 -1`), which also catches setsid / daemonised children. Closing removes the
-container (and everything left in it). An exit of 137 that is not a timeout is reported as
-oom_killed (the memory cgroup's OOM killer is the only other source of SIGKILL).
+nproc ulimits). The task directory is copied in with put_archive. Pid 1 is the engine's init
+(`init=True`: docker-init / tini on Docker, catatonit on podman), so killed processes are reaped:
+with `sleep` as pid 1 the zombies of a fork bomb kept the pids limit exhausted forever. Each exec
+is wrapped in coreutils `timeout` inside a small `sh` whose builtin `kill -9 -1` (repeated, no
+fork needed) kills every process of the sandbox user when the command returns - no process
+outlives its exec (setsid / daemonised children and fork bombs included); the host also watches
+the exec and repeats the kill on a timeout. If an exec cannot even start (pids exhausted), the
+session recovers: `kill -9 -1` from a fresh exec, retried, else a container restart (same
+filesystem), then the exec is retried once. Closing removes the container (and everything left
+in it). An exit of 137 that is not a timeout is reported as oom_killed (the memory cgroup's OOM
+killer is the only other source of SIGKILL).
+
+Every container carries the labels `thundersync.sandbox=1`, `thundersync.owner_pid`,
+`thundersync.owner_host` and `thundersync.owner_start` (the owner's process start time), so
+`sandbox.pool.cleanup_orphans()` can remove the containers of a crashed owner.
 """
 
 from __future__ import annotations
@@ -31,6 +41,28 @@ from sandbox.output import HeadTail
 DEFAULT_IMAGE = os.environ.get("THUNDERSYNC_SANDBOX_IMAGE", "thundersync-sandbox:bookworm")
 PODMAN_SOCKET = "/run/podman/podman.sock"
 UID = 65534
+LABEL = "thundersync.sandbox"
+# after the command: SIGKILL every process of the sandbox user (the shell builtin needs no fork,
+# so it works with the pids limit exhausted; repeated for children forked during a pass)
+_EXEC_WRAPPER = (
+    'timeout -k 2 "$1" bash -c "$2"; rc=$?; '
+    "for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do kill -9 -1 2>/dev/null; done; "
+    "exit $rc"
+)
+_WRAPPER_NAME = "tsrl-exec"  # $0 of the wrapper: its own errors read "tsrl-exec: 1: ..."
+_RUNTIME_FAILURE = ("OCI runtime error", "exec failed", "unable to start container process")
+
+
+def _did_not_start(r: ExecResult | None) -> bool:
+    """The exec never ran the command: the engine could not start it, or the wrapper could
+    not fork `timeout` (pids exhausted)."""
+    if r is None:
+        return True
+    if r.stdout or r.timed_out:
+        return False
+    if r.exit_code in (125, 126) and any(m in r.stderr for m in _RUNTIME_FAILURE):
+        return True
+    return r.stderr.startswith(f"{_WRAPPER_NAME}: ") and "Cannot fork" in r.stderr
 
 
 def ensure_podman_socket(path: str = PODMAN_SOCKET, idle_s: int = 600) -> str:
@@ -111,12 +143,16 @@ class DockerSession:
                 # only for the root set-up execs; uid 65534 execs get no capabilities at all
                 cap_add=["CHOWN", "DAC_OVERRIDE", "FOWNER"],
                 security_opt=["no-new-privileges"],
-                labels={"thundersync.sandbox": "1"},
+                labels={LABEL: "1", **owner_labels(), "thundersync.label": spec.label},
                 hostname="sandbox",
+                init=True,  # a reaping pid 1 (zombies of killed processes must not pin pids)
             )
         except Exception as e:
+            hint = ""
+            if "init" in str(e) or "catatonit" in str(e):
+                hint = " (podman needs catatonit for init=True: apt-get install catatonit)"
             raise SandboxError(
-                f"could not start a container from {spec.image or image!r}: {e}"
+                f"could not start a container from {spec.image or image!r}: {e}{hint}"
             ) from e
         self._closed = False
         self.reset()
@@ -140,9 +176,19 @@ class DockerSession:
             time.sleep(0.05)
 
     def reset(self) -> None:
+        """Back to a fresh session: no process of the sandbox user left, nothing it wrote
+        anywhere (task and scratch dirs, /tmp, /var/tmp, /dev/shm, ...), task dir re-copied."""
+        self._kill_leftovers()
         dirs = [self.spec.mount_at, *self.spec.scratch]
         q = " ".join(f"'{d}'" for d in dirs)
-        self._root_exec(["sh", "-c", f"rm -rf {q} && mkdir -p {q} && chown {UID}:{UID} {q}"])
+        self._root_exec(
+            [
+                "sh",
+                "-c",
+                f"find / /dev/shm -xdev -user {UID} -delete 2>/dev/null; "
+                f"rm -rf {q} && mkdir -p {q} && chown {UID}:{UID} {q}",
+            ]
+        )
         if self.spec.workdir is not None:
             files: dict[str, tuple[bytes, int]] = {}
             subdirs = []
@@ -160,8 +206,28 @@ class DockerSession:
     ) -> ExecResult:
         if self._closed:
             raise SandboxError("session is closed")
+        result = self._try_exec_once(cmd, timeout, env)
+        if _did_not_start(result):  # e.g. pids exhausted: kill what is left, retry
+            self._kill_leftovers()
+            result = self._try_exec_once(cmd, timeout, env)
+        if _did_not_start(result):  # still wedged (not ours to kill): restart, retry
+            self._restart()
+            result = self._exec_once(cmd, timeout, env)
+        assert result is not None
+        return result
+
+    def _try_exec_once(
+        self, cmd: str, timeout: float, env: dict[str, str] | None
+    ) -> ExecResult | None:
+        try:
+            return self._exec_once(cmd, timeout, env)
+        except SandboxError:
+            return None
+
+    def _exec_once(self, cmd: str, timeout: float, env: dict[str, str] | None) -> ExecResult:
         api = self.client.api
-        wrapped = ["timeout", "-k", "2", str(max(1, int(timeout + 0.999))), "bash", "-c", cmd]
+        seconds = str(max(1, int(timeout + 0.999)))
+        wrapped = ["sh", "-c", _EXEC_WRAPPER, _WRAPPER_NAME, seconds, cmd]
         environment = {"HOME": "/tmp", "LANG": "C.UTF-8", **self.spec.env, **(env or {})}
         cap = self.spec.limits.output_bytes
         out, err = HeadTail(cap), HeadTail(cap)
@@ -199,11 +265,8 @@ class DockerSession:
                 break
             time.sleep(0.1)
         timed_out = hung or (code in (124, 137) and duration >= timeout - 0.5)
-        if timed_out:
-            with contextlib.suppress(Exception):
-                api.exec_start(
-                    api.exec_create(self.container.id, ["kill", "-9", "-1"], user=f"{UID}:{UID}")
-                )
+        if timed_out or code == -1:
+            self._kill_leftovers()
         return ExecResult(
             exit_code=137 if timed_out else code,
             stdout=out.text(),
@@ -214,33 +277,53 @@ class DockerSession:
             duration_s=round(duration, 4),
         )
 
-    def _kill_leftovers(self) -> None:
-        """No process outlives its exec (as with the local backend): kill every uid-65534
-        process; when even that cannot start (pids exhausted by a fork bomb), restart."""
+    def _try_exec(self, cmd: list[str], user: str, polls: int = 100) -> int | None:
+        """Run `cmd` to completion; its exit code, or None when it could not run."""
         api = self.client.api
         try:
-            eid = api.exec_create(self.container.id, ["kill", "-9", "-1"], user=f"{UID}:{UID}")[
-                "Id"
-            ]
+            eid = api.exec_create(self.container.id, cmd, user=user)["Id"]
             api.exec_start(eid)
-            for _ in range(100):
+            for _ in range(polls):  # podman may return from exec_start early: poll
                 info = api.exec_inspect(eid)
                 if not info.get("Running"):
-                    if info.get("ExitCode") in (0, 1):  # 1: nothing left to kill
-                        return
-                    break
+                    code = info.get("ExitCode")
+                    return None if code is None else int(code)
                 time.sleep(0.05)
         except Exception:
-            pass
-        self.container.kill()
-        self.container.start()
-        for _ in range(100):  # until the restarted container accepts execs again
-            with contextlib.suppress(Exception):
-                eid = api.exec_create(self.container.id, ["true"], user=f"{UID}:{UID}")["Id"]
-                api.exec_start(eid)
-                if api.exec_inspect(eid).get("ExitCode") == 0:
-                    return
+            return None
+        return None
+
+    def _kill_leftovers(self) -> None:
+        """No process outlives its exec (as with the local backend): SIGKILL every uid-65534
+        process (retried: the exec itself may not start while a fork bomb holds the pids);
+        when that never works, restart the container."""
+        kill = ["sh", "-c", "for i in 1 2 3 4 5 6 7 8 9 10; do kill -9 -1 2>/dev/null; done; true"]
+        for _ in range(5):
+            if self._try_exec(kill, f"{UID}:{UID}") == 0:
+                return
             time.sleep(0.1)
+        self._restart()
+
+    def _restart(self) -> None:
+        """Kill the whole container (all its processes) and start it again on the same
+        filesystem; wait until it accepts execs."""
+        with contextlib.suppress(Exception):
+            self.container.kill()
+        for _ in range(100):  # poll, not wait (podman)
+            with contextlib.suppress(Exception):
+                self.container.reload()
+                if self.container.status != "running":
+                    break
+            time.sleep(0.1)
+        try:
+            self.container.start()
+        except Exception as e:
+            raise SandboxError(f"container {self.container.id[:12]} did not restart: {e}") from e
+        for _ in range(100):  # until the restarted container accepts execs again
+            if self._try_exec(["true"], f"{UID}:{UID}", polls=40) == 0:
+                return
+            time.sleep(0.1)
+        raise SandboxError(f"container {self.container.id[:12]} accepts no exec after a restart")
 
     def _inside(self, path: str) -> str:
         p = PurePosixPath(path)
@@ -292,10 +375,23 @@ class DockerExecutor:
         return DockerSession(self.client, spec, self.image)
 
     def cleanup(self) -> int:
-        """Remove every container this backend started (after a crash); returns how many."""
+        """Remove every container this backend started, whoever owns it; returns how many.
+        (`sandbox.pool.cleanup_orphans` removes only those of dead owners.)"""
         n = 0
-        for c in self.client.containers.list(all=True, filters={"label": "thundersync.sandbox=1"}):
+        for c in self.client.containers.list(all=True, filters={"label": f"{LABEL}=1"}):
             with contextlib.suppress(Exception):
                 c.remove(force=True)
                 n += 1
         return n
+
+
+def owner_labels() -> dict[str, str]:
+    """Labels naming this process as a container's owner (pid + start time: pid reuse safe)."""
+    from sandbox.owner import current_owner
+
+    o = current_owner()
+    return {
+        "thundersync.owner_pid": str(o.pid),
+        "thundersync.owner_host": o.host,
+        "thundersync.owner_start": f"{o.start:.2f}",
+    }

@@ -102,6 +102,11 @@ class Session(Protocol):
 
     def get_file(self, path: str) -> bytes | None: ...
 
+    def reset(self) -> None:
+        """Back to a fresh session: the task dir re-copied, nothing the commands wrote or
+        started left (the pool calls this between uses)."""
+        ...
+
     def close(self) -> None: ...
 
 

@@ -36,6 +36,7 @@ from pathlib import Path, PurePosixPath
 from sandbox import cgroups
 from sandbox.executor import Backend, ExecResult, Limits, SandboxError, SessionSpec
 from sandbox.output import HeadTail, drain
+from sandbox.owner import current_owner
 
 SANDBOX_UID = 65534
 BASE_ENV = {
@@ -81,6 +82,7 @@ class LocalSession:
         self.privileged = privileged
         self.root = Path(tempfile.mkdtemp(prefix=f"{spec.label}-{self.id}-", dir=base))
         os.chmod(self.root, 0o711)
+        current_owner().write(self.root)  # for cleanup_orphans() after a crash of this process
         self.task = self.root / "task"
         self.etc = self.root / "etc"
         self.etc.mkdir()

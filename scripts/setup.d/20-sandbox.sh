@@ -3,6 +3,8 @@
 #  - bubblewrap for the `local` backend;
 #  - podman + runc (+ debootstrap) for the `docker` backend, driven through podman's
 #    Docker-compatible socket with the docker SDK (no Docker engine on these machines);
+#    catatonit: podman's init for `init=True` containers (pid 1 must reap the zombies of killed
+#    processes, or a fork bomb's zombies keep the pids limit exhausted);
 #  - the task image `thundersync-sandbox:bookworm`, built from a minimal debootstrap rootfs
 #    (python3, python3-pytest, git, patch) and imported with `podman import`. The rootfs tarball is
 #    cached under /var/cache/thundersync/ (outside the repo) and rebuilt only when missing.
@@ -12,7 +14,7 @@ set -euo pipefail
 CACHE=${THUNDERSYNC_CACHE:-/var/cache/thundersync}
 IMAGE=${THUNDERSYNC_SANDBOX_IMAGE:-thundersync-sandbox:bookworm}
 ROOTFS_TAR=$CACHE/sandbox-rootfs-bookworm.tar
-PKGS="bubblewrap podman runc debootstrap uidmap slirp4netns fuse-overlayfs patch git python3-pytest procps"
+PKGS="bubblewrap podman runc catatonit debootstrap uidmap slirp4netns fuse-overlayfs patch git python3-pytest procps"
 
 if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
   for b in bwrap podman debootstrap; do
