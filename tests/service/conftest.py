@@ -7,34 +7,16 @@ test_acceptance_flow.py, which runs the real `tsrl train`.
 
 from __future__ import annotations
 
-import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from service_helpers import ADMIN_TOKEN, bearer, make_settings, pg_admin
 
 from service.main import create_app
 from service.settings import Settings
-
-PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
-ADMIN_TOKEN = "admin-" + uuid.uuid4().hex
-FAKE_DRIVER = [sys.executable, str(Path(__file__).with_name("fake_driver.py"))]
-
-
-def _pg_admin() -> Any:
-    import psycopg
-
-    try:
-        return psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=5)
-    except psycopg.OperationalError as err:
-        pytest.fail(
-            f"PostgreSQL is not answering on 127.0.0.1:5432 ({err}): start it with "
-            "`bash scripts/setup.d/10-services.sh` (as root)"
-        )
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -44,26 +26,13 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
         yield f"sqlite:///{tmp_path / 'test.db'}"
         return
     name = "tsrl_test_" + uuid.uuid4().hex[:12]
-    with _pg_admin() as conn:
+    with pg_admin() as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     try:
         yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
     finally:
-        with _pg_admin() as conn:
+        with pg_admin() as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-def make_settings(database_url: str, data_dir: Path, **kw: Any) -> Settings:
-    values: dict[str, Any] = {
-        "data_dir": data_dir,
-        "database_url": database_url,
-        "admin_token": ADMIN_TOKEN,
-        "driver_command": FAKE_DRIVER,
-        "poll_interval_s": 0.05,
-        "max_concurrent_runs": 2,
-    }
-    values.update(kw)
-    return Settings(**values)
 
 
 @pytest.fixture
@@ -75,10 +44,6 @@ def settings(database_url: str, tmp_path: Path) -> Settings:
 def client(settings: Settings) -> Iterator[TestClient]:
     with TestClient(create_app(settings)) as c:
         yield c
-
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
 
 
 @pytest.fixture
@@ -96,22 +61,3 @@ def new_token(client: TestClient, admin: dict[str, str]) -> Callable[[str], dict
         return bearer(res.json()["token"])
 
     return make
-
-
-def wait_for(fetch: Callable[[], Any], done: Callable[[Any], bool], timeout: float = 60.0) -> Any:
-    """Poll `fetch` until `done(value)`; the timeout only bounds a hang (no timing assertion)."""
-    deadline = time.monotonic() + timeout
-    value = fetch()
-    while not done(value):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not reached within {timeout} s; last value: {value}")
-        time.sleep(0.05)
-        value = fetch()
-    return value
-
-
-def wait_final(client: TestClient, run_id: str, headers: dict[str, str]) -> dict[str, Any]:
-    return wait_for(
-        lambda: client.get(f"/api/v1/runs/{run_id}", headers=headers).json(),
-        lambda r: r["status"] in ("succeeded", "failed", "cancelled"),
-    )

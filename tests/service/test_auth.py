@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from conftest import ADMIN_TOKEN, bearer, make_settings
 from fastapi.testclient import TestClient
+from service_helpers import ADMIN_TOKEN, bearer, make_settings
 from sqlalchemy import create_engine, text
 
 from service.main import create_app

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import make_settings
 from fastapi.testclient import TestClient
+from service_helpers import make_settings
 
 from service.main import create_app
 
@@ -54,7 +54,7 @@ def test_unknown_request_field_and_recipe_paths_are_422(
 def test_oversized_body_is_413(tmp_path: Path, new_token: Headers) -> None:
     settings = make_settings(f"sqlite:///{tmp_path / 'db.sqlite'}", tmp_path, max_body_bytes=2048)
     with TestClient(create_app(settings, launch=False)) as c:
-        from conftest import ADMIN_TOKEN, bearer
+        from service_helpers import ADMIN_TOKEN, bearer
 
         big = {"recipe": "grpo-toy", "name": "x" * 100, "overrides": {"x": "y" * 5000}}
         res = c.post("/api/v1/runs", json=big, headers=bearer(ADMIN_TOKEN))

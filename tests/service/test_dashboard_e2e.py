@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 import uvicorn
-from conftest import ADMIN_TOKEN, make_settings
+from service_helpers import ADMIN_TOKEN, make_settings
 
 from service.main import create_app
 

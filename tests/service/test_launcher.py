@@ -12,8 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import ADMIN_TOKEN, FAKE_DRIVER, bearer, make_settings, wait_final, wait_for
 from fastapi.testclient import TestClient
+from service_helpers import ADMIN_TOKEN, FAKE_DRIVER, bearer, make_settings, wait_final, wait_for
 from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 

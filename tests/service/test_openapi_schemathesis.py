@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 import schemathesis
-from conftest import ADMIN_TOKEN, _pg_admin, make_settings
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import response_schema_conformance
+from service_helpers import ADMIN_TOKEN, make_settings, pg_admin
 
 from service.main import create_app
 
@@ -29,7 +29,7 @@ def api_schema(
     if request.param == "sqlite":
         url = f"sqlite:///{tmp / 'db.sqlite'}"
     else:
-        with _pg_admin() as conn:
+        with pg_admin() as conn:
             conn.execute(f'CREATE DATABASE "{name}"')
         url = f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
     app = create_app(make_settings(url, Path(tmp)), launch=False)
@@ -37,7 +37,7 @@ def api_schema(
         yield schemathesis.openapi.from_asgi("/openapi.json", app)
     app.state.engine.dispose()
     if request.param == "postgresql":
-        with _pg_admin() as conn:
+        with pg_admin() as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 

@@ -10,8 +10,8 @@ import subprocess
 from enum import Enum
 from pathlib import Path
 
-from conftest import ADMIN_TOKEN, bearer, make_settings, wait_final, wait_for
 from fastapi.testclient import TestClient
+from service_helpers import ADMIN_TOKEN, bearer, make_settings, wait_final, wait_for
 
 from service.launcher.ray_backend import RayJobBackend
 from service.main import create_app

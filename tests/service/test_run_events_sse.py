@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from conftest import wait_final
 from fastapi.testclient import TestClient
+from service_helpers import wait_final
 
 Headers = Callable[[str], dict[str, str]]
 
