@@ -1,0 +1,55 @@
+# syntax=docker/dockerfile:1.7
+# ThunderSync run driver + learner on CUDA: `tsrl train CONFIG --run-dir DIR`, also the image of the
+# Ray head and GPU workers (ray[default]==2.60.0 from the lock; the same version as the service).
+# Build from the repository root:
+#   docker build -f deploy/docker/learner.Dockerfile -t thundersync/learner:0.1.0 .
+# torch==2.13.0 comes from the PyTorch CUDA index (its wheels bundle the CUDA runtime libraries; the
+# host needs the NVIDIA driver and container toolkit only). TORCH_CUDA picks the CUDA build.
+ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
+
+FROM ${PYTHON_IMAGE} AS build
+ARG TORCH_CUDA=cu130
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN python -m venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH
+RUN pip install --index-url "https://download.pytorch.org/whl/${TORCH_CUDA}" torch==2.13.0
+COPY deploy/docker/requirements.lock /tmp/requirements.lock
+RUN pip install -r /tmp/requirements.lock
+WORKDIR /opt/thundersync
+COPY pyproject.toml README.md alembic.ini ./
+COPY alembic ./alembic
+COPY tsrl ./tsrl
+COPY learner ./learner
+COPY service ./service
+COPY sandbox ./sandbox
+COPY teacher ./teacher
+COPY rollout ./rollout
+COPY bus ./bus
+COPY bench ./bench
+COPY driver ./driver
+COPY recipes ./recipes
+RUN pip install --no-deps -e . && tsrl --help >/dev/null
+
+FROM ${PYTHON_IMAGE} AS runtime
+# git + patch: SWE-smith grading applies patches in the local sandbox backend; bubblewrap: that
+# backend's isolation (Docker sandboxes need the host's docker socket instead); wget: KubeRay's
+# default readiness / liveness probes call it.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends \
+      bubblewrap=0.8.0-2+deb12u1 git=1:2.39.5-0+deb12u3 patch=2.7.6-7 procps=2:4.0.2-3 \
+      wget=1.21.3-1+deb12u1 \
+ && rm -rf /var/lib/apt/lists/* \
+ && groupadd --system --gid 10001 tsrl \
+ && useradd --system --uid 10001 --gid tsrl --home-dir /home/tsrl --create-home tsrl \
+ && mkdir -p /data /checkpoints /models && chown tsrl:tsrl /data /checkpoints /models
+COPY --from=build /opt/venv /opt/venv
+COPY --from=build /opt/thundersync /opt/thundersync
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    HF_HUB_OFFLINE=1 \
+    TRANSFORMERS_OFFLINE=1 \
+    TSRL_DATA_DIR=/data
+WORKDIR /opt/thundersync
+USER 10001:10001
+ENTRYPOINT ["tsrl"]
+CMD ["train", "grpo-toy", "--run-dir", "/data/runs/manual"]
