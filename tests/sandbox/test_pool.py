@@ -132,6 +132,8 @@ CRASHER = textwrap.dedent(
     pool.prewarm(SessionSpec(label="crash-idle"), 1)
     ids = [getattr(s.session, "root", None) or s.session.container.id for s in leases]
     print("READY", os.getpid(), *ids, flush=True)
+    if sys.argv[-1] == "exit":
+        sys.exit(0)  # a normal exit without pool.close(): atexit closes the sessions
     time.sleep(600)
     """
 )
@@ -151,6 +153,18 @@ def _crash(backend: str, *args: str) -> list[str]:
     proc.wait(30)
     assert line[:2] == ["READY", str(proc.pid)], line
     return line[2:]
+
+
+def test_a_pool_left_open_is_closed_at_interpreter_exit(base: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", CRASHER, "local", str(base), "exit"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.stdout.split()[0] == "READY", out.stderr[-2000:]
+    assert list(base.iterdir()) == []  # no pool.close() in the script: the atexit hook ran
 
 
 def test_cleanup_orphans_removes_a_sigkilled_owners_local_sessions(
