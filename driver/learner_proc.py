@@ -55,6 +55,20 @@ class LearnerSpec:
     ack_timeout_s: float = 120.0
 
 
+@dataclass(frozen=True)
+class BusRef:
+    """How a spawned process reaches a broker-backed bus (a client cannot be pickled)."""
+
+    kind: str
+    prefix: str
+    url: str = "redis://127.0.0.1:6379/0"
+
+    def connect(self) -> Any:
+        from bus.protocol import make_bus
+
+        return make_bus(self.kind, url=self.url, prefix=self.prefix)
+
+
 @dataclass
 class _UpdateState:
     engine: GradientEngine
@@ -65,6 +79,7 @@ class _UpdateState:
     logged: list[str] = field(default_factory=list)
     ready: dict[str, float] = field(default_factory=dict)
     bus_latencies: list[float] = field(default_factory=list)
+    aborted: set[str] = field(default_factory=set)
 
 
 def weights_dir(run_dir: str | Path, version: int) -> Path:
@@ -190,6 +205,7 @@ class LearnerLoop:
             eng.submit(OpdClose(f"{ev.group_id}/close", ev.group_id, ev.sources), time.time())
             self._drain(ev.update)
         elif isinstance(ev, TrajectoryAborted):
+            st.aborted.add(ev.traj_id)
             eng.abort(ev.traj_id if self.cfg.objective is Objective.OPD else ev.group_id)
             if self.cfg.objective is Objective.GRPO:
                 st.sizes.pop(ev.group_id, None)
@@ -230,7 +246,10 @@ class LearnerLoop:
         if self.spec.log_batches:
             path = Path(self.spec.run_dir) / "batches" / f"u{ev.update:05d}.jsonl"
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text("\n".join(st.logged) + "\n")
+            kept = [
+                x for x in st.logged if SourceReady.model_validate_json(x).traj_id not in st.aborted
+            ]
+            path.write_text("\n".join(kept) + "\n")
         every = self.cfg.checkpoint_every
         if every and self.learner.version % every == 0:
             from learner.checkpoint import save_checkpoint
@@ -300,6 +319,8 @@ def learner_main(spec: LearnerSpec, bus: Any) -> None:
     if spec.cpu is not None and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {spec.cpu})
     torch.set_num_threads(spec.threads)
+    if isinstance(bus, BusRef):
+        bus = bus.connect()
     try:
         LearnerLoop(spec, bus).run()
     except Exception:

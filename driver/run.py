@@ -34,7 +34,7 @@ from bus.events import (
     Span,
     TrajectoryAborted,
 )
-from driver.learner_proc import LearnerSpec, learner_main, weights_dir
+from driver.learner_proc import BusRef, LearnerSpec, learner_main, weights_dir
 from driver.rundir import RunDir
 from driver.tasks import PlannedTrajectory, plan_update, task_pool
 from rollout.agent_loop import AgentLoop, AgentLoopConfig, RolloutTask
@@ -219,14 +219,15 @@ class RunDriver:
             return cpus[0], cpus[-1]  # rollout side, learner
         return None, None
 
-    def _make_bus(self) -> Any:
+    def _make_bus(self) -> tuple[Any, Any]:
+        """(the driver's bus, what the learner process is given to reach it)."""
         if self.bus_kind == "process":
             from bus.mp import ProcessBus
 
-            return ProcessBus()
-        from bus.protocol import make_bus
-
-        return make_bus(self.bus_kind, prefix=f"tsrl:{self.run_id}")
+            bus = ProcessBus()
+            return bus, bus
+        ref = BusRef(self.bus_kind, prefix=f"tsrl:{self.run_id}")
+        return ref.connect(), ref
 
     # ---- the run ---------------------------------------------------------------------------
     def run(self) -> int:
@@ -265,7 +266,7 @@ class RunDriver:
                 raise RunFailed(f"--resume: no checkpoint at {ck}; set checkpoint_every > 0")
             version = int(torch.load(ck, weights_only=False)["version"])
         self.start_update = version
-        self.bus = self._make_bus()
+        self.bus, bus_for_learner = self._make_bus()
         asynchronous = cfg.schedule in (Schedule.ASYNC, Schedule.FULLY_ASYNC)
         spec = LearnerSpec(
             cfg.model_dump_json(),
@@ -278,9 +279,10 @@ class RunDriver:
             log_batches=self.log_batches,
         )
         self.proc = mp.get_context("spawn").Process(
-            target=learner_main, args=(spec, self.bus), daemon=True
+            target=learner_main, args=(spec, bus_for_learner), daemon=True
         )
         self.proc.start()
+        affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
         if roll_cpu is not None:
             os.sched_setaffinity(0, {roll_cpu})
         torch.set_num_threads(1)
@@ -327,6 +329,11 @@ class RunDriver:
             self.proc.join(timeout=30)
             if self.proc.is_alive():
                 self.proc.terminate()
+            if self.bus_kind == "redis":
+                self.bus.delete("learner", "control", "spans")
+            self.bus.close()
+            if affinity is not None:
+                os.sched_setaffinity(0, affinity)
 
     def _update(self, k: int, pool: list[Any], asynchronous: bool) -> None:
         cfg = self.cfg
@@ -389,7 +396,7 @@ class RunDriver:
                     async with sem:
                         if tid in self.fail_first:  # fault injection (tests): crash once
                             self.fail_first.discard(tid)
-                            task = _crashing(task)
+                            task = _crashing(task, min(1, self.cfg.rollout.max_turns - 1))
                         await loop.arun([task], version=self.engine.version)
                     return
                 except Exception as e:  # a rollout worker died: rerun from scratch under theta_k
@@ -482,11 +489,24 @@ class RunDriver:
         return None
 
 
-def _crashing(task: RolloutTask) -> RolloutTask:
-    def boom() -> Any:
-        raise RuntimeError("injected rollout worker crash")
+def _crashing(task: RolloutTask, after_turns: int) -> RolloutTask:
+    """Fault injection: the trajectory's worker dies at its second tool call (after turn 0 was
+    already sent to the learner), as a killed rollout worker would."""
+    make = task.make_env
 
-    return RolloutTask(task.instance_id, boom, task.prompt, task.repetition, task.seed)
+    def make_crashing() -> Any:
+        env = make()
+        real_step = env.step
+
+        def step(action: str) -> Any:
+            if env.turns >= after_turns:
+                raise RuntimeError("injected rollout worker crash")
+            return real_step(action)
+
+        env.step = step
+        return env
+
+    return RolloutTask(task.instance_id, make_crashing, task.prompt, task.repetition, task.seed)
 
 
 def load_config_arg(config: str, overrides: dict[str, Any] | None = None) -> RunConfig:

@@ -1,0 +1,65 @@
+"""Replay a run's logged batches through the `sync` schedule and compare parameters.
+
+A streamed run (log_batches=True) writes every applied source of update k to
+`batches/uKKKKK.jsonl` and theta_{k+1} to `weights/`. Replaying those sources from theta_0 with
+release at batch close must reproduce every published theta: that is `max_param_gap` of
+`tsrl bench speedup`, measured on the real run rather than on synthetic batches.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from bus.events import SourceKind, SourceReady
+from driver.learner_proc import to_work_items, weights_dir
+from learner.replay import LoggedBatch
+from learner.sources import GrpoGroupSpec, OpdClose
+from tsrl.config import Objective, RunConfig, Schedule
+
+
+def load_logged_batch(path: Path, cfg: RunConfig) -> LoggedBatch:
+    events = [
+        SourceReady.model_validate_json(x) for x in path.read_text().splitlines() if x.strip()
+    ]
+    b = LoggedBatch(cfg.objective)
+    turns: dict[str, int] = {}
+    for ev in events:
+        if ev.kind is SourceKind.OPD_TURN:
+            if ev.traj_id not in turns:
+                b.trajectories.append(ev.traj_id)
+            turns[ev.traj_id] = turns.get(ev.traj_id, 0) + 1
+        elif ev.group_id not in {g.group_id for g in b.groups}:
+            prompt = tuple(ev.token_ids[: ev.prompt_len])
+            b.groups.append(GrpoGroupSpec(ev.group_id, prompt, cfg.rollout.group_size))
+        b.events += [(ev.ready_at, item) for item in to_work_items(ev)]
+    last = max((t for t, _ in b.events), default=0.0)
+    b.events += [(last + 1, OpdClose(f"{t}/close", t, n)) for t, n in turns.items()]
+    if cfg.objective is Objective.GRPO:
+        b.groups.sort(key=lambda g: g.group_id)
+    return b
+
+
+def _flat(state: dict[str, torch.Tensor], names: list[str]) -> torch.Tensor:
+    return torch.cat([state[n].reshape(-1).double() for n in names])
+
+
+def replay_gap(run_dir: str | Path, cfg: RunConfig, model_dir: str | Path) -> list[float]:
+    """Delta_k = ||theta_k^run - theta_k^sync|| / ||theta_k^sync - theta_0|| for every update."""
+    from learner.replay import replay_update
+    from learner.trainer import Learner
+    from rollout.checkpoint import load_state_dict
+    from tsrl.models import load_model
+
+    run_dir = Path(run_dir)
+    learner = Learner(load_model(model_dir), cfg)
+    theta0 = learner.flat_params()
+    gaps = []
+    for path in sorted((run_dir / "batches").glob("u*.jsonl")):
+        replay_update(learner, load_logged_batch(path, cfg), Schedule.SYNC)
+        ran = _flat(load_state_dict(weights_dir(run_dir, learner.version)), learner.names)
+        mine = learner.flat_params()
+        drift = float((mine - theta0).norm())
+        gaps.append(float((ran - mine).norm()) / drift if drift else float((ran - mine).norm()))
+    return gaps
