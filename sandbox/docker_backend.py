@@ -62,6 +62,8 @@ def _did_not_start(r: ExecResult | None) -> bool:
         return False
     if r.exit_code in (125, 126) and any(m in r.stderr for m in _RUNTIME_FAILURE):
         return True
+    if r.exit_code == 125 and r.stderr.startswith("timeout: fork system call failed"):
+        return True  # coreutils timeout could not fork the command's bash
     return r.stderr.startswith(f"{_WRAPPER_NAME}: ") and "Cannot fork" in r.stderr
 
 
