@@ -198,7 +198,12 @@ class RunDriver:
         else:
             student = root / "model"
             if not (student / "config.json").exists():
-                build_tiny_model(student, seed=self.cfg.model.tiny_seed)
+                build_tiny_model(
+                    student,
+                    seed=self.cfg.model.tiny_seed,
+                    hidden=self.cfg.model.tiny_hidden,
+                    layers=self.cfg.model.tiny_layers,
+                )
         teacher: Path | None = None
         if self.cfg.objective is Objective.OPD:
             if self.cfg.teacher.model:

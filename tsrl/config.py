@@ -45,6 +45,8 @@ class _Section(BaseModel):
 class ModelConfig(_Section):
     path: str | None = Field(None, description="HF model directory; None builds the tiny model")
     tiny_seed: int = 0
+    tiny_hidden: int = Field(64, ge=32, description="tiny model width (128+ for vLLM's head size)")
+    tiny_layers: int = Field(2, ge=1)
     dtype: str = "float32"
     lora_rank: int = Field(0, ge=0, description="0 trains all weights; >0 trains LoRA adapters")
     lora_alpha: float = 16.0

@@ -1,0 +1,31 @@
+"""`tsrl bench speedup --objective grpo|opd --json`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from tsrl.cli_groups import bench_app
+
+
+@bench_app.command("speedup")
+def speedup(
+    objective: str = typer.Option("grpo", help="grpo | opd"),
+    rounds: int = typer.Option(2, min=1, help="sync/stream pairs, interleaved"),
+    updates: int = typer.Option(4, min=2, help="updates per run (update 0 is warm-up)"),
+    out: str = typer.Option(None, help="keep the run directories here (traces for tsrl predict)"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Same workload under sync and stream: step time, speedup vs the (R+L+P)/(max(R,L)+P) bound."""
+    from bench.speedup import run_speedup
+
+    res = run_speedup(objective, rounds=rounds, updates=updates, out=Path(out) if out else None)
+    res["goal_met"] = bool(
+        res["efficiency"] >= 0.90
+        and res["idle_share_stream"] <= 0.10
+        and res["peak_rss_ratio"] <= 1.10
+        and res["max_param_gap"] <= 1e-6
+    )
+    typer.echo(json.dumps(res) if as_json else json.dumps(res, indent=2))

@@ -1,0 +1,119 @@
+"""`tsrl bench speedup`: the same workload under `sync` and `stream`, measured in one invocation.
+
+Each round runs a short training run per schedule from the same theta_0 with the same seeds and
+tasks (real agent loop, real bubblewrap tool calls, learner in its own process), sync and stream
+alternating so that machine drift hits both alike. Per-update numbers come from the run
+directories; update 0 (first-call warm-up) is left out. The rollout side and the learner are
+pinned to different cores (see `placement`). `max_param_gap` replays every stream run's logged
+batches through `sync` from theta_0 and compares with the parameters the run published.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from tsrl.config import RunConfig, load_run_config
+
+WORKLOADS: dict[str, dict[str, Any]] = {
+    # balanced: rollout time (generation + a sandbox tool call per trajectory) close to learner time
+    "grpo": {
+        "objective": "grpo",
+        "model.tiny_hidden": 128,
+        "model.tiny_layers": 4,
+        "rollout.groups_per_update": 4,
+        "rollout.group_size": 8,
+        "rollout.max_turns": 2,
+        "rollout.max_new_tokens": 8,
+        "rollout.concurrency": 8,
+        "env.tool_seconds": 0.15,
+        "learner.max_open_groups": 4,
+        "learner.accum_dtype": "float64",
+        "optim.lr": 0.003,
+    },
+    "opd": {
+        "objective": "opd",
+        "model.tiny_hidden": 128,
+        "model.tiny_layers": 4,
+        "rollout.groups_per_update": 4,
+        "rollout.group_size": 4,
+        "rollout.max_turns": 3,
+        "rollout.max_new_tokens": 8,
+        "rollout.concurrency": 8,
+        "env.tool_seconds": 0.15,
+        "learner.max_open_groups": 16,
+        "learner.accum_dtype": "float64",
+        "optim.lr": 0.003,
+    },
+}
+
+
+def workload_config(objective: str, schedule: str, updates: int, **extra: Any) -> RunConfig:
+    if objective not in WORKLOADS:
+        raise ValueError(f"--objective {objective!r}: use one of {sorted(WORKLOADS)}")
+    over = WORKLOADS[objective] | {
+        "updates": updates,
+        "schedule": schedule,
+        "name": f"speedup-{objective}",
+    }
+    return load_run_config(data={}, overrides=over | extra)
+
+
+def _metrics(run_dir: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x]
+
+
+def _p(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else 0.0
+
+
+def run_speedup(
+    objective: str, rounds: int = 2, updates: int = 4, out: Path | None = None
+) -> dict[str, Any]:
+    from driver.replay import replay_gap
+    from driver.run import RunDriver
+
+    root = Path(out) if out else Path(tempfile.mkdtemp(prefix="tsrl-speedup-"))
+    per: dict[str, list[dict[str, Any]]] = {"sync": [], "stream": []}
+    gaps: list[float] = []
+    placement = ""
+    for r in range(rounds):
+        for schedule in ("sync", "stream"):
+            cfg = workload_config(objective, schedule, updates)
+            rd = root / f"{schedule}-r{r}"
+            RunDriver(cfg, rd, log_batches=schedule == "stream").run()
+            per[schedule] += _metrics(rd)[1:]
+            placement = next(
+                (x for x in (rd / "log.txt").read_text().splitlines() if "placement" in x), ""
+            )
+            if schedule == "stream":
+                gaps += replay_gap(rd, cfg, rd / "model")
+    sync, stream = per["sync"], per["stream"]
+    R, L, P = (_p([m[k] for m in sync]) for k in ("R", "L", "P"))
+    sync_s, stream_s = _p([m["step_s"] for m in sync]), _p([m["step_s"] for m in stream])
+    bound = (R + L + P) / (max(R, L) + P)
+    speedup = sync_s / stream_s
+    return {
+        "objective": objective,
+        "sync_step_s": sync_s,
+        "stream_step_s": stream_s,
+        "speedup": speedup,
+        "R": R,
+        "L": L,
+        "P": P,
+        "bound": bound,
+        "efficiency": speedup / bound,
+        "idle_share_sync": _p([m["idle_share"] for m in sync]),
+        "idle_share_stream": _p([m["idle_share"] for m in stream]),
+        "peak_rss_ratio": max(m["learner_peak_rss_mb"] for m in stream)
+        / max(m["learner_peak_rss_mb"] for m in sync),
+        "max_param_gap": max(gaps) if gaps else float("nan"),
+        "bus_p99_ms": max(m["bus_p99_ms"] for m in stream),
+        "ready_to_recv_p99_ms": max(m["ready_to_recv_p99_ms"] for m in stream),
+        "updates_measured": {"sync": len(sync), "stream": len(stream)},
+        "placement": placement.split("placement: ", 1)[-1],
+        "run_dirs": str(root),
+    }
