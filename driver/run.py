@@ -65,6 +65,8 @@ class _Callbacks:
         )
         self.d.bus.publish(ev)
         self.sources += 1
+        if self.update == 1 and self.sources == self.d.kill_teacher_after:
+            self.d.kill_teacher()
         self.last_ready = max(self.last_ready, ev.ready_at)
 
     def on_turn_completed(self, traj: Trajectory, turn: Turn) -> None:
@@ -174,6 +176,7 @@ class RunDriver:
         bus_kind: str = "process",
         log_batches: bool = False,
         fail_first: Sequence[str] = (),
+        kill_teacher_after: int | None = None,
         progress: Any = None,
     ) -> None:
         self.cfg = cfg
@@ -186,7 +189,10 @@ class RunDriver:
             fail_first
         )  # fault injection for tests: these trajectories crash once
         self.progress = progress
+        self.kill_teacher_after = kill_teacher_after  # fault injection (tests), during update 1
         self.start_update = 0
+        self.teacher_server: Any = None
+        self._completed = False
 
     # ---- set-up ----------------------------------------------------------------------------
     def _models(self) -> tuple[Path, Path | None]:
@@ -206,7 +212,23 @@ class RunDriver:
                 )
         teacher: Path | None = None
         if self.cfg.objective is Objective.OPD:
-            if self.cfg.teacher.model:
+            if self.cfg.teacher.model == "smollm2":
+                # the real 135M teacher; the tiny student shares its tokenizer (OPD needs one vocab)
+                from tsrl.smollm2 import build_smollm2
+
+                teacher = root / "teacher"
+                if not (teacher / "config.json").exists():
+                    build_smollm2(teacher)
+                if not self.cfg.model.path and not (root / "model" / ".from-teacher").exists():
+                    build_tiny_model(
+                        student,
+                        seed=self.cfg.model.tiny_seed,
+                        hidden=self.cfg.model.tiny_hidden,
+                        layers=self.cfg.model.tiny_layers,
+                        tokenizer=load_tokenizer(teacher),
+                    )
+                    (root / "model" / ".from-teacher").write_text("")
+            elif self.cfg.teacher.model:
                 teacher = Path(self.cfg.teacher.model)
             else:
                 teacher = root / "teacher"
@@ -215,8 +237,26 @@ class RunDriver:
                         teacher,
                         seed=self.cfg.model.tiny_seed + 1,
                         tokenizer=load_tokenizer(student),
+                        hidden=128 if self.cfg.teacher.backend == "vllm" else 64,
                     )
         return student, teacher
+
+    def _scorer(self, teacher_dir: Path) -> Any:
+        """The frozen teacher: in-process HF (embedded default) or a supervised vLLM server."""
+        if self.cfg.teacher.backend == "hf":
+            from teacher.scorer import HFScorer
+
+            return HFScorer.from_dir(teacher_dir)
+        if self.cfg.teacher.backend != "vllm":
+            raise RunFailed(f"teacher.backend {self.cfg.teacher.backend!r}: use hf or vllm")
+        from rollout.vllm_server import VLLMServer, VLLMServerConfig
+        from teacher.supervised import SupervisedVLLMScorer
+
+        self.teacher_server = VLLMServer(
+            VLLMServerConfig(model=str(teacher_dir)), log_dir=self.rundir.path / "teacher"
+        )
+        self.teacher_server.start()
+        return SupervisedVLLMScorer(self.teacher_server)
 
     def _placement(self) -> tuple[int | None, int | None]:
         cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
@@ -301,14 +341,15 @@ class RunDriver:
         )
         tok = load_tokenizer(student)
         teacher = None
+        self.teacher_server = None
         if teacher_dir is not None:
             from teacher.client import TeacherClient
-            from teacher.scorer import HFScorer
 
             teacher = TeacherClient(
-                HFScorer.from_dir(teacher_dir),
+                self._scorer(teacher_dir),
                 timeout_s=cfg.teacher.timeout_s,
                 retries=cfg.teacher.retries,
+                backoff_s=0.2,
             )
         self.loop_cfg = AgentLoopConfig(
             max_turns=cfg.rollout.max_turns,
@@ -327,13 +368,20 @@ class RunDriver:
                 if self.rundir.cancel_requested:
                     return EXIT_CANCELLED
                 self._update(k, pool, asynchronous)
+            self._completed = True
             return 0
         finally:
             if teacher is not None:
                 teacher.close()
-            self.proc.join(timeout=30)
+            if self.teacher_server is not None:
+                self.teacher_server.stop()
+            # a finished learner exits by itself after its last barrier; after a cancel or a
+            # failure it waits for an update that will never come, so it is stopped (it is idle
+            # between barriers: no optimizer step is cut short)
+            self.proc.join(timeout=30 if self._completed else 0.5)
             if self.proc.is_alive():
                 self.proc.terminate()
+                self.proc.join(timeout=10)
             if self.bus_kind == "redis":
                 self.bus.delete("learner", "control", "spans")
             self.bus.close()
@@ -434,6 +482,16 @@ class RunDriver:
                         )
 
         await asyncio.gather(*(one(p) for p in plans))
+
+    def kill_teacher(self) -> None:
+        """Fault injection: SIGKILL the teacher server's whole process group mid-update."""
+        import signal
+
+        proc = self.teacher_server.proc if self.teacher_server is not None else None
+        if proc is not None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            self.rundir.log("fault injection: teacher server killed")
 
     def _wait_learner_ready(self, timeout_s: float = 300.0) -> None:
         deadline = time.time() + timeout_s

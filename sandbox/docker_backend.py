@@ -88,6 +88,7 @@ def ensure_podman_socket(path: str = PODMAN_SOCKET, idle_s: int = 600) -> str:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
+        cwd="/",  # conmon inherits it and drops an "oom" marker there after an OOM kill
     )
     for _ in range(100):
         if _ping(url):

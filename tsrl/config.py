@@ -104,7 +104,7 @@ class RolloutConfig(_Section):
 
 
 class TeacherConfig(_Section):
-    model: str | None = None
+    model: str | None = Field(None, description="HF dir, 'smollm2', or None for a tiny teacher")
     backend: str = "hf"
     timeout_s: float = Field(30.0, gt=0)
     retries: int = Field(3, ge=0)
