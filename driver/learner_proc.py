@@ -160,9 +160,12 @@ class LearnerLoop:
         )
         while self.update < self.cfg.updates:
             waiting_since = time.time()
-            for d in self.sub.receive(timeout_s=0.5, max_count=256):
+            batch = self.sub.receive(timeout_s=0.5, max_count=256)
+            got = time.time()
+            for d in batch:
                 if d.event.emitted_at >= waiting_since:  # arrived while idle: pure bus latency
-                    self.state.bus_latencies.append(time.time() - d.event.emitted_at)
+                    self.state.bus_latencies.append(got - d.event.emitted_at)
+            for d in batch:
                 self.once.apply(self.sub, d, self._dispatch)
             fault = os.environ.get("TSRL_FAULT_KILL_LEARNER_AT_UPDATE")
             if (

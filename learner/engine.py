@@ -261,7 +261,8 @@ class GradientEngine:
     def _opd_turn(self, item: OpdTurn) -> None:
         t = self.trajs.get(item.traj_id)
         if t is None:
-            t = self.trajs[item.traj_id] = _Traj(torch.zeros(self.spec.total, dtype=self.dtype))
+            # fp32: a trajectory sums its own turns in a fixed order, so fp64 buys nothing here
+            t = self.trajs[item.traj_id] = _Traj(torch.zeros(self.spec.total, dtype=torch.float32))
         if len(item.token_ids) != len(item.action_mask):
             raise SourceError(
                 f"source {item.source_id}: {len(item.token_ids)} tokens but "
@@ -289,7 +290,7 @@ class GradientEngine:
             grads = torch.autograd.grad(
                 obj, [*self.params, *earlier], retain_graph=True, allow_unused=True
             )
-            t.acc += self.spec.flatten(grads[: len(self.params)], self.dtype)
+            t.acc += self.spec.flatten(grads[: len(self.params)], t.acc.dtype)
             self._to_ledger(t, grads[len(self.params) :], upto=len(t.leaves))
         t.scored += int(scored.numel())
         t.kv_out.append(out.kv)
@@ -316,7 +317,7 @@ class GradientEngine:
                 continue  # nothing downstream read this turn's K/V (e.g. the last turn)
             earlier = [x for seg in t.leaves[:j] for x in _flat(seg)]
             grads = self._grad_through(_flat(t.kv_out[j]), adj, [*self.params, *earlier])
-            t.acc += self.spec.flatten(grads[: len(self.params)], self.dtype)
+            t.acc += self.spec.flatten(grads[: len(self.params)], t.acc.dtype)
             self._to_ledger(t, grads[len(self.params) :], upto=j)
             self.counters["deferred_propagations"] += 1
         self.acc.add(t.acc)
