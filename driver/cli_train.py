@@ -31,6 +31,7 @@ def train(
     set_: list[str] = typer.Option([], "--set", help="override, e.g. --set updates=2"),
     resume: bool = typer.Option(False, help="continue from the run directory's checkpoint"),
     bus: str = typer.Option("process", help="process (embedded) | redis"),
+    ray: str = typer.Option(None, "--ray", help="place the learner on Ray: ADDRESS or 'local'"),
     quiet: bool = typer.Option(False, help="no progress bar"),
 ) -> None:
     """Train a run: rollouts overlap the learner (own process); writes the run directory."""
@@ -66,7 +67,9 @@ def train(
                 info=f"reward {rec['reward_mean']:.3f}  step {rec['step_s']:.2f}s",
             )
 
-        driver = RunDriver(cfg, rd, resume=resume, bus_kind=bus, progress=progress)
+        if ray is not None and bus == "process":
+            bus = "redis"  # a Ray actor cannot share the embedded process bus
+        driver = RunDriver(cfg, rd, resume=resume, bus_kind=bus, progress=progress, ray_address=ray)
         code = driver.run()
     typer.echo(
         json.dumps(

@@ -80,6 +80,7 @@ class _UpdateState:
     ready: dict[str, float] = field(default_factory=dict)
     bus_latencies: list[float] = field(default_factory=list)
     aborted: set[str] = field(default_factory=set)
+    max_staleness: int = 0
 
 
 def weights_dir(run_dir: str | Path, version: int) -> Path:
@@ -194,6 +195,7 @@ class LearnerLoop:
         elif isinstance(ev, SourceReady):
             now = time.time()
             st.latencies.append(now - ev.ready_at)
+            st.max_staleness = max(st.max_staleness, self.learner.version - ev.policy_version)
             st.first_ready = ev.ready_at if st.first_ready is None else st.first_ready
             if self.spec.log_batches:
                 st.logged.append(ev.model_dump_json())
@@ -205,7 +207,9 @@ class LearnerLoop:
                 eng.submit(item, ev.ready_at)
             self._drain(ev.update)
         elif isinstance(ev, GroupClosed) and self.cfg.objective is Objective.OPD:
-            eng.submit(OpdClose(f"{ev.group_id}/close", ev.group_id, ev.sources), time.time())
+            close = OpdClose(f"{ev.group_id}/close", ev.group_id, ev.sources)
+            st.ready[close.source_id] = ev.emitted_at  # the trajectory finished then
+            eng.submit(close, ev.emitted_at)
             self._drain(ev.update)
         elif isinstance(ev, TrajectoryAborted):
             st.aborted.add(ev.traj_id)
@@ -272,6 +276,7 @@ class LearnerLoop:
             "bus_p99_ms": f"{1000 * _p99(bus_lat):.3f}",
             "peak_rss_mb": f"{_peak_rss_mb():.1f}",
             "n_params": str(self.n_params),
+            "max_staleness": str(st.max_staleness),
         }
         self.bus.publish(
             Span(

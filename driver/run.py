@@ -64,6 +64,8 @@ class _Callbacks:
             run_id=self.d.run_id, update=self.update, policy_version=self.d.engine.version, **kw
         )
         self.d.bus.publish(ev)
+        if self.d.duplicate_sources:  # fault injection: a publisher retrying after a lost ack
+            self.d.bus.publish(ev.model_copy(update={"event_id": ev.event_id + "-retry"}))
         self.sources += 1
         if self.update == 1 and self.sources == self.d.kill_teacher_after:
             self.d.kill_teacher()
@@ -177,6 +179,8 @@ class RunDriver:
         log_batches: bool = False,
         fail_first: Sequence[str] = (),
         kill_teacher_after: int | None = None,
+        duplicate_sources: bool = False,
+        ray_address: str | None = None,
         progress: Any = None,
     ) -> None:
         self.cfg = cfg
@@ -190,9 +194,14 @@ class RunDriver:
         )  # fault injection for tests: these trajectories crash once
         self.progress = progress
         self.kill_teacher_after = kill_teacher_after  # fault injection (tests), during update 1
+        self.duplicate_sources = duplicate_sources
+        self.ray_address = ray_address
+        if ray_address is not None and bus_kind != "redis":
+            raise RunFailed("Ray placement needs a broker: pass --bus redis with --ray")
         self.start_update = 0
         self.teacher_server: Any = None
         self._completed = False
+        self._barriers: dict[int, Span] = {}
 
     # ---- set-up ----------------------------------------------------------------------------
     def _models(self) -> tuple[Path, Path | None]:
@@ -323,9 +332,18 @@ class RunDriver:
             resume=self.resume,
             log_batches=self.log_batches,
         )
-        self.proc = mp.get_context("spawn").Process(
-            target=learner_main, args=(spec, bus_for_learner), daemon=True
-        )
+        self.proc: Any
+        if self.ray_address is not None:
+            from dataclasses import replace
+
+            from driver.ray_placement import RayLearnerHandle
+
+            self.proc = RayLearnerHandle(replace(spec, cpu=None), bus_for_learner, self.ray_address)
+            self.rundir.log(f"placement: learner as a Ray actor on {self.ray_address}")
+        else:
+            self.proc = mp.get_context("spawn").Process(
+                target=learner_main, args=(spec, bus_for_learner), daemon=True
+            )
         self.proc.start()
         affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
         if roll_cpu is not None:
@@ -364,10 +382,20 @@ class RunDriver:
         pool = task_pool(cfg)
         self._wait_learner_ready()
         try:
+            self._pending: dict[int, tuple[float, float, _Callbacks]] = {}
+            if asynchronous:
+                self._start_listener(fully=cfg.schedule is Schedule.FULLY_ASYNC)
             for k in range(version, cfg.updates):
                 if self.rundir.cancel_requested:
                     return EXIT_CANCELLED
+                if cfg.schedule is Schedule.ASYNC and k >= 1:
+                    self._await_version(k - 1)
                 self._update(k, pool, asynchronous)
+                if asynchronous:
+                    self._flush_pending(block=False)
+            if asynchronous:
+                self._flush_pending(block=True)
+                self._stop_listener.set()
             self._completed = True
             return 0
         finally:
@@ -403,9 +431,24 @@ class RunDriver:
         self.bus.publish(
             BatchClosed(run_id=self.run_id, update=k, groups=len(groups), sources=cb.sources)
         )
+        if asynchronous:  # the next rollouts start now; this update's metrics come with its step
+            self._pending[k] = (t0, r_end, cb)
+            return
         pub = self._wait_published(k + 1)
         barrier = self._collect_spans(k)
-        t_end = time.time()
+        self._write_metrics(k, t0, r_end, cb, barrier, pub.version, time.time())
+
+    def _write_metrics(
+        self,
+        k: int,
+        t0: float,
+        r_end: float,
+        cb: _Callbacks,
+        barrier: Span | None,
+        version: int,
+        t_end: float,
+    ) -> None:
+        cfg = self.cfg
         ids = barrier.ids if barrier is not None else {}
         L = float(ids.get("L", 0.0))
         P = (barrier.end - barrier.start) if barrier is not None else 0.0
@@ -431,7 +474,8 @@ class RunDriver:
             "ready_to_recv_p99_ms": float(ids.get("ready_to_recv_p99_ms", 0.0)),
             "learner_peak_rss_mb": float(ids.get("peak_rss_mb", 0.0)),
             "grad_norm": float(ids.get("grad_norm", 0.0)),
-            "version": pub.version,
+            "max_staleness": int(ids.get("max_staleness", 0)),
+            "version": version,
         }
         self.rundir.update(rec)
         self.rundir.log(f"update {k}: step {step_s:.2f}s reward {rec['reward_mean']:.3f}")
@@ -450,7 +494,12 @@ class RunDriver:
                         if tid in self.fail_first:  # fault injection (tests): crash once
                             self.fail_first.discard(tid)
                             task = _crashing(task, min(1, self.cfg.rollout.max_turns - 1))
-                        await loop.arun([task], version=self.engine.version)
+                        pinned = (
+                            None
+                            if self.cfg.schedule is Schedule.FULLY_ASYNC
+                            else self.engine.version
+                        )
+                        await loop.arun([task], version=pinned)
                     return
                 except Exception as e:  # a rollout worker died: rerun from scratch under theta_k
                     attempt += 1
@@ -482,6 +531,46 @@ class RunDriver:
                         )
 
         await asyncio.gather(*(one(p) for p in plans))
+
+    # ---- async / fully_async (compared against, not lossless) ------------------------------
+    def _start_listener(self, fully: bool) -> None:
+        """Receives every published policy; fully_async loads it at once, even mid-trajectory."""
+        import threading
+
+        self._published: dict[int, str] = {}
+        self._stop_listener = threading.Event()
+
+        def listen() -> None:
+            while not self._stop_listener.is_set():
+                for d in self.ctrl.receive(timeout_s=0.2):
+                    self.ctrl.ack(d)
+                    e = d.event
+                    if isinstance(e, PolicyPublished):
+                        self._published[e.version] = e.uri
+                        if fully and e.version > self.engine.version:
+                            self.engine.load_weights(e.version, e.uri)
+
+        self._listener = threading.Thread(target=listen, name="policy-listener", daemon=True)
+        self._listener.start()
+
+    def _await_version(self, version: int, timeout_s: float = 600.0) -> None:
+        """async: rollouts of update u use theta_{u-1} (one step stale), loaded between updates."""
+        deadline = time.time() + timeout_s
+        while version not in self._published and self.engine.version < version:
+            self._check_learner_alive(f"waiting for policy v{version}")
+            if time.time() > deadline:
+                raise RunFailed(f"policy v{version} was not published within {timeout_s:.0f}s")
+            time.sleep(0.01)
+        if self.engine.version < version:
+            self.engine.load_weights(version, self._published[version])
+
+    def _flush_pending(self, block: bool) -> None:
+        for k in sorted(self._pending):
+            barrier = self._collect_spans(k, timeout_s=600.0 if block else 0.0)
+            if barrier is None:
+                return
+            t0, r_end, cb = self._pending.pop(k)
+            self._write_metrics(k, t0, r_end, cb, barrier, k + 1, barrier.end)
 
     def kill_teacher(self) -> None:
         """Fault injection: SIGKILL the teacher server's whole process group mid-update."""
@@ -540,16 +629,22 @@ class RunDriver:
                 )
 
     def _collect_spans(self, k: int, timeout_s: float = 30.0) -> Span | None:
+        if k in self._barriers:
+            return self._barriers.pop(k)
         deadline = time.time() + timeout_s
-        while time.time() < deadline:
-            for d in self.span_sub.receive(timeout_s=0.2, max_count=1024):
+        while True:
+            batch = self.span_sub.receive(timeout_s=0.2 if timeout_s else 0.001, max_count=1024)
+            for d in batch:
                 e = d.event
                 self.span_sub.ack(d)
                 if isinstance(e, Span):
                     self.rundir.spans([e.to_jsonl_record()])
-                    if e.role is Role.BARRIER and e.update == k:
-                        return e
-        return None
+                    if e.role is Role.BARRIER:
+                        self._barriers[e.update] = e
+            if k in self._barriers:
+                return self._barriers.pop(k)
+            if time.time() >= deadline and not batch:
+                return None
 
 
 def _crashing(task: RolloutTask, after_turns: int) -> RolloutTask:

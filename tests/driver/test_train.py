@@ -139,3 +139,24 @@ def test_cancel_stops_the_run_at_a_barrier(tmp_path: Path) -> None:
     assert RunDriver(cfg, tmp_path, progress=cancel_after_first).run() == EXIT_CANCELLED
     assert len(_metrics(tmp_path)) == 1  # the update in flight finished its step; no other began
     assert json.loads((tmp_path / "status.json").read_text())["status"] == "cancelled"
+
+
+def test_a_source_delivered_twice_is_applied_once(tmp_path: Path) -> None:
+    cfg = _small("opd-toy")
+    assert RunDriver(cfg, tmp_path / "clean", log_batches=True).run() == 0
+    assert RunDriver(cfg, tmp_path / "dup", log_batches=True, duplicate_sources=True).run() == 0
+    assert _applied(tmp_path / "dup") == _applied(tmp_path / "clean")
+    _equal_to_sync(tmp_path / "dup", cfg)
+
+
+@pytest.mark.parametrize("schedule", ["async", "fully_async"])
+def test_stale_schedules_run_for_comparison_and_report_staleness(
+    tmp_path: Path, schedule: str
+) -> None:
+    cfg = _small("grpo-toy", updates=3, schedule=schedule)
+    assert RunDriver(cfg, tmp_path).run() == 0
+    metrics = _metrics(tmp_path)
+    assert [m["update"] for m in metrics] == [0, 1, 2]
+    assert all(m["schedule"] == schedule for m in metrics)
+    # rollouts of update k+1 ran on theta_k or older while the learner stepped: one step stale
+    assert max(m["max_staleness"] for m in metrics) >= 1
