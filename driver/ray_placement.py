@@ -24,8 +24,11 @@ class RayLearnerHandle:
     """`multiprocessing.Process`-like handle on a learner running as a Ray actor."""
 
     def __init__(self, spec: LearnerSpec, bus: BusRef, address: str, cpus: float = 1.0) -> None:
+        import os
+
         import ray
 
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a local cluster without a token
         if not ray.is_initialized():
             if address == "local":
                 ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
