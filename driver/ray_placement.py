@@ -35,7 +35,8 @@ class RayLearnerHandle:
             else:
                 ray.init(address=address, log_to_driver=False)
         self._ray = ray
-        self.actor: Any = ray.remote(num_cpus=cpus)(_LearnerActor).remote()
+        actor_cls: Any = ray.remote(num_cpus=cpus)(_LearnerActor)
+        self.actor: Any = actor_cls.remote()
         self.ref: Any = self.actor.run.remote(spec, bus)
         self.exitcode: int | None = None
 
