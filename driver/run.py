@@ -280,7 +280,10 @@ class RunDriver:
 
             bus = ProcessBus()
             return bus, bus
-        ref = BusRef(self.bus_kind, prefix=f"tsrl:{self.run_id}")
+        url = os.environ.get(
+            "TSRL_REDIS_URL", "redis://127.0.0.1:6379/0"
+        )  # cluster: a shared broker
+        ref = BusRef(self.bus_kind, prefix=f"tsrl:{self.run_id}", url=url)
         return ref.connect(), ref
 
     # ---- the run ---------------------------------------------------------------------------

@@ -54,6 +54,7 @@ class VLLMServerConfig:
     seed: int = 0
     port: int | None = None
     served_model_name: str = "policy"
+    host: str = "127.0.0.1"
     start_timeout_s: float = 300.0
     extra_args: list[str] = field(default_factory=list)
 
@@ -85,7 +86,7 @@ class VLLMServer:
             "--served-model-name",
             c.served_model_name,
             "--host",
-            "127.0.0.1",
+            c.host,
             "--port",
             str(self.port),
             "--dtype",

@@ -22,13 +22,27 @@ def serve(
     port: int = typer.Option(0, help="0 picks a free loopback port"),
     dtype: str = typer.Option("float32"),
     kv_cache_gib: int = typer.Option(1, help="VLLM_CPU_KVCACHE_SPACE"),
+    host: str = typer.Option("127.0.0.1", help="bind address (0.0.0.0 to serve other hosts)"),
+    gpu_memory_utilization: float = typer.Option(
+        None, help="vLLM --gpu-memory-utilization (GPU builds; lets two engines share a GPU)"
+    ),
 ) -> None:
     """Start a vLLM OpenAI-compatible server on MODEL and keep it up until Ctrl-C."""
     import time
 
     from rollout.vllm_server import VLLMServer, VLLMServerConfig, VLLMServerError
 
-    cfg = VLLMServerConfig(model=model, port=port or None, dtype=dtype, kv_cache_gib=kv_cache_gib)
+    extra = []
+    if gpu_memory_utilization is not None:
+        extra = ["--gpu-memory-utilization", str(gpu_memory_utilization)]
+    cfg = VLLMServerConfig(
+        model=model,
+        port=port or None,
+        dtype=dtype,
+        kv_cache_gib=kv_cache_gib,
+        host=host,
+        extra_args=extra,
+    )
     server = VLLMServer(cfg)
     try:
         server.start()
