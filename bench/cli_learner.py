@@ -16,6 +16,7 @@ def equivalence(
     ranks: int = typer.Option(1, help="1 or 2 (gloo, FSDP2)"),
     reward_offset: float = typer.Option(0.0, help="add X to every reward (GRPO)"),
     seed: int = typer.Option(0),
+    dtype: str = typer.Option("float32", help="learner parameters: float32 | bfloat16 | bf16"),
     as_json: bool = typer.Option(False, "--json", help="last line: one JSON object"),
 ) -> None:
     """Replay logged batches through sync, group and stream; report parameter gaps per update."""
@@ -29,7 +30,12 @@ def equivalence(
         obj = Objective(objective)
     except ValueError:
         raise typer.BadParameter("use --objective grpo or --objective opd") from None
-    res = run_equivalence(obj, updates=updates, ranks=ranks, reward_offset=reward_offset, seed=seed)
+    dt = {"bf16": "bfloat16", "fp32": "float32"}.get(dtype, dtype)
+    if dt not in ("float32", "bfloat16"):
+        raise typer.BadParameter("use --dtype float32 or --dtype bf16")
+    res = run_equivalence(
+        obj, updates=updates, ranks=ranks, reward_offset=reward_offset, seed=seed, dtype=dt
+    )
     table = Table(title=f"equivalence: {obj.value}, {ranks} rank(s), reward offset {reward_offset}")
     cols = [c for c in res["per_update"][0] if c != "update"]
     table.add_column("k")

@@ -25,10 +25,11 @@ from tsrl.config import Objective, RunConfig, Schedule, load_run_config
 RUNS = ("sync", "group", "stream", "control")
 
 
-def bench_config(objective: Objective, ranks: int) -> RunConfig:
+def bench_config(objective: Objective, ranks: int, dtype: str = "float32") -> RunConfig:
     return load_run_config(
         data={
             "objective": objective.value,
+            "model": {"dtype": dtype},
             "optim": {"lr": 1e-3, "max_grad_norm": 1.0},
             "learner": {"ranks": ranks, "max_open_groups": 2},
         }
@@ -68,7 +69,8 @@ def _train(
     from learner.trainer import Learner
     from tsrl.models import load_model
 
-    learner = Learner(load_model(model_dir), cfg, ctx=ctx)
+    dtype = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
+    learner = Learner(load_model(model_dir, dtype=dtype[cfg.model.dtype]), cfg, ctx=ctx)
     params = [learner.flat_params()]
     grads = []
     for b in batches:
@@ -160,7 +162,10 @@ def run_equivalence(
     ranks: int = 1,
     reward_offset: float = 0.0,
     seed: int = 0,
+    dtype: str = "float32",
 ) -> dict[str, Any]:
+    """`dtype` is the learner's parameter dtype (bf16 keeps fp32/fp64 accumulators); with bf16
+    the schedules are compared among themselves and against an fp32 sync run (App. G style)."""
     if ranks not in (1, 2):
         raise ValueError(f"--ranks {ranks}: use 1 or 2 (gloo on CPU)")
     # one intra-op thread everywhere: a matmul split over a different thread count rounds
@@ -170,8 +175,13 @@ def run_equivalence(
         root = Path(tmp)
         student, teacher = make_models(root)
         batches = make_batches(objective, updates, teacher, reward_offset, seed)
-        cfg1 = bench_config(objective, 1)
-        reference = _train_reference(student, cfg1, batches)
+        cfg1 = bench_config(objective, 1, dtype)
+        reference = _train_reference(student, bench_config(objective, 1), batches)
+        fp32_sync = (
+            _train(student, bench_config(objective, 1), batches, Schedule.SYNC)
+            if dtype != "float32"
+            else None
+        )
         if ranks == 1:
             runs = _all_runs(student, cfg1, batches)
             one_rank_sync = None
@@ -179,7 +189,7 @@ def run_equivalence(
             import torch.multiprocessing as mp
 
             payload, out = root / "payload.pkl", root / "runs.pkl"
-            payload.write_bytes(pickle.dumps((student, bench_config(objective, 2), batches)))
+            payload.write_bytes(pickle.dumps((student, bench_config(objective, 2, dtype), batches)))
             os.environ.setdefault("OMP_NUM_THREADS", "1")
             mp.spawn(_worker, args=(2, _free_port(), payload, out), nprocs=2, join=True)
             runs = pickle.loads(out.read_bytes())
@@ -202,6 +212,10 @@ def run_equivalence(
         }
         if one_rank_sync is not None:
             row["delta_vs_1rank"] = _gap(sync_k, one_rank_sync["params"][k], theta0)
+        if fp32_sync is not None:
+            row["delta_vs_fp32_sync"] = _gap(
+                runs["stream"]["params"][k], fp32_sync["params"][k], fp32_sync["params"][0]
+            )
         per_update.append(row)
     result: dict[str, Any] = {
         "objective": objective.value,
@@ -219,5 +233,8 @@ def run_equivalence(
     }
     if ranks == 2:
         result["rank_param_gap"] = max(r["delta_vs_1rank"] for r in per_update)
+    result["dtype"] = dtype
+    if fp32_sync is not None:
+        result["max_gap_vs_fp32_sync"] = max(r["delta_vs_fp32_sync"] for r in per_update)
     result["goal_met"] = result["max_param_gap"] <= 1e-6
     return result
