@@ -19,17 +19,16 @@ from typing import Any
 from bus.events import Event, decode_event, encode_event
 from bus.protocol import BusError, Delivery, default_topic
 
-DEFAULT_ROUTES: dict[str, tuple[str, ...]] = {
-    "learner": ("learner",),
-    "control": ("driver", "learner"),
-    "spans": ("driver",),
-}
+
+def learner_routes(ranks: int) -> dict[str, tuple[str, ...]]:
+    names = tuple(f"learner-r{r}" for r in range(ranks))
+    return {"learner": names, "control": ("driver", names[0]), "spans": ("driver",)}
 
 
 class ProcessBus:
     def __init__(self, routes: dict[str, tuple[str, ...]] | None = None) -> None:
         ctx = mp.get_context("spawn")
-        self.routes = dict(routes or DEFAULT_ROUTES)
+        self.routes = dict(routes or learner_routes(1))
         self._queues: dict[tuple[str, str], Any] = {
             (topic, group): ctx.Queue() for topic, groups in self.routes.items() for group in groups
         }

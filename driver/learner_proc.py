@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import time
 import traceback
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,14 @@ class LearnerSpec:
     resume: bool = False
     log_batches: bool = False
     ack_timeout_s: float = 120.0
+    rank: int = 0
+    world: int = 1
+    port: int = 0  # gloo rendezvous when world > 1
+
+
+def owner_rank(group_id: str, world: int) -> int:
+    """Sources are placed on ranks by group (OPD: trajectory), by a hash stable across processes."""
+    return zlib.crc32(group_id.encode()) % world
 
 
 @dataclass(frozen=True)
@@ -126,10 +135,16 @@ class LearnerLoop:
         self.spec = spec
         self.cfg = RunConfig.model_validate_json(spec.cfg_json)
         self.bus = bus
-        self.sub = bus.subscribe("learner", "learner", "learner-0")
-        self.ctrl = bus.subscribe("control", "learner", "learner-0")
+        name = f"learner-r{spec.rank}"
+        self.sub = bus.subscribe("learner", name, name)  # every rank sees every event
+        self.ctrl = bus.subscribe("control", name, name) if spec.rank == 0 else None
         self.once = ExactlyOnce(MemoryLedger())
-        self.learner = Learner(load_model(spec.model_dir), self.cfg, publish=self._publish)
+        ctx = None
+        if spec.world > 1:
+            from learner.parallel import init_process_group
+
+            ctx = init_process_group(spec.rank, spec.world, spec.port)
+        self.learner = Learner(load_model(spec.model_dir), self.cfg, publish=self._publish, ctx=ctx)
         if spec.resume:
             load_checkpoint(self.learner, Path(spec.run_dir) / "checkpoints")
         sched = self.cfg.schedule
@@ -187,6 +202,9 @@ class LearnerLoop:
 
     def _handle(self, ev: Event) -> None:
         st, eng = self.state, self.state.engine
+        gid = getattr(ev, "group_id", None)
+        if gid is not None and owner_rank(gid, self.spec.world) != self.spec.rank:
+            return  # another rank's group: it contributes through the all-reduce
         if isinstance(ev, GroupRegistered):
             if self.cfg.objective is Objective.OPD:
                 eng.register_trajectory(ev.group_id)
@@ -251,7 +269,7 @@ class LearnerLoop:
         stats = self.learner.step(st.engine)  # reduce, normalise, clip, step, publish + ack
         t1 = time.time()
         if self.spec.log_batches:
-            path = Path(self.spec.run_dir) / "batches" / f"u{ev.update:05d}.jsonl"
+            path = Path(self.spec.run_dir) / "batches" / f"u{ev.update:05d}-r{self.spec.rank}.jsonl"
             path.parent.mkdir(parents=True, exist_ok=True)
             kept = [
                 x for x in st.logged if SourceReady.model_validate_json(x).traj_id not in st.aborted
@@ -278,11 +296,13 @@ class LearnerLoop:
             "n_params": str(self.n_params),
             "max_staleness": str(st.max_staleness),
         }
+        if self.spec.rank != 0:
+            ids["rank"] = str(self.spec.rank)
         self.bus.publish(
             Span(
                 run_id=self.spec.run_id,
                 update=ev.update,
-                role=Role.BARRIER,
+                role=Role.BARRIER if self.spec.rank == 0 else Role.LEARNER,
                 kind="barrier",
                 ids=ids,
                 start=t0,
@@ -297,6 +317,8 @@ class LearnerLoop:
     def _publish(self, version: int, weights: dict[str, torch.Tensor]) -> int:
         from rollout.checkpoint import save_checkpoint
 
+        if self.spec.rank != 0:
+            return version  # rank 0 publishes theta_{k+1} for everyone (identical on all ranks)
         uri = save_checkpoint(weights_dir(self.spec.run_dir, version), weights, self.spec.model_dir)
         self.bus.publish(PolicyPublished(run_id=self.spec.run_id, version=version, uri=str(uri)))
         waiting = set(self.spec.replicas)
@@ -304,6 +326,7 @@ class LearnerLoop:
         while waiting:
             if time.time() > deadline:
                 raise TimeoutError(f"replicas {sorted(waiting)} did not acknowledge v{version}")
+            assert self.ctrl is not None
             for d in self.ctrl.receive(timeout_s=0.5):
                 e = d.event
                 if isinstance(e, ReplicaAcked) and e.version == version:
@@ -332,6 +355,8 @@ def learner_main(spec: LearnerSpec, bus: Any) -> None:
     try:
         LearnerLoop(spec, bus).run()
     except Exception:
-        err = Path(spec.run_dir) / "learner-error.txt"
+        err = Path(spec.run_dir) / (
+            "learner-error.txt" if spec.rank == 0 else f"learner-error-r{spec.rank}.txt"
+        )
         err.write_text(traceback.format_exc())
         raise

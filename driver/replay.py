@@ -19,10 +19,10 @@ from learner.sources import GrpoGroupSpec, OpdClose
 from tsrl.config import Objective, RunConfig, Schedule
 
 
-def load_logged_batch(path: Path, cfg: RunConfig) -> LoggedBatch:
-    events = [
-        SourceReady.model_validate_json(x) for x in path.read_text().splitlines() if x.strip()
-    ]
+def load_logged_batch(paths: list[Path], cfg: RunConfig) -> LoggedBatch:
+    """One update's sources, from every learner rank's log (`uKKKKK-rR.jsonl`)."""
+    lines = [x for p in paths for x in p.read_text().splitlines() if x.strip()]
+    events = sorted((SourceReady.model_validate_json(x) for x in lines), key=lambda e: e.ready_at)
     b = LoggedBatch(cfg.objective)
     turns: dict[str, int] = {}
     for ev in events:
@@ -56,8 +56,11 @@ def replay_gap(run_dir: str | Path, cfg: RunConfig, model_dir: str | Path) -> li
     learner = Learner(load_model(model_dir), cfg)
     theta0 = learner.flat_params()
     gaps = []
+    by_update: dict[str, list[Path]] = {}
     for path in sorted((run_dir / "batches").glob("u*.jsonl")):
-        replay_update(learner, load_logged_batch(path, cfg), Schedule.SYNC)
+        by_update.setdefault(path.name.split("-")[0], []).append(path)
+    for _, paths in sorted(by_update.items()):
+        replay_update(learner, load_logged_batch(paths, cfg), Schedule.SYNC)
         ran = _flat(load_state_dict(weights_dir(run_dir, learner.version)), learner.names)
         mine = learner.flat_params()
         drift = float((mine - theta0).norm())

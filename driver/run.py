@@ -276,9 +276,9 @@ class RunDriver:
     def _make_bus(self) -> tuple[Any, Any]:
         """(the driver's bus, what the learner process is given to reach it)."""
         if self.bus_kind == "process":
-            from bus.mp import ProcessBus
+            from bus.mp import ProcessBus, learner_routes
 
-            bus = ProcessBus()
+            bus = ProcessBus(learner_routes(self.cfg.learner.ranks))
             return bus, bus
         url = os.environ.get(
             "TSRL_REDIS_URL", "redis://127.0.0.1:6379/0"
@@ -335,18 +335,31 @@ class RunDriver:
             resume=self.resume,
             log_batches=self.log_batches,
         )
-        self.proc: Any
-        if self.ray_address is not None:
-            from dataclasses import replace
+        from dataclasses import replace
 
+        world = cfg.learner.ranks
+        port = _free_port() if world > 1 else 0
+        specs = [replace(spec, rank=r, world=world, port=port) for r in range(world)]
+        if world > 1:  # ranks share the learner core(s); the rollout side keeps its own
+            specs = [replace(sp, cpu=None) for sp in specs]
+        procs: list[Any] = []
+        if self.ray_address is not None:
             from driver.ray_placement import RayLearnerHandle
 
-            self.proc = RayLearnerHandle(replace(spec, cpu=None), bus_for_learner, self.ray_address)
-            self.rundir.log(f"placement: learner as a Ray actor on {self.ray_address}")
-        else:
-            self.proc = mp.get_context("spawn").Process(
-                target=learner_main, args=(spec, bus_for_learner), daemon=True
+            procs = [
+                RayLearnerHandle(replace(sp, cpu=None), bus_for_learner, self.ray_address)
+                for sp in specs
+            ]
+            self.rundir.log(
+                f"placement: {world} learner rank(s) as Ray actors on {self.ray_address}"
             )
+        else:
+            ctx = mp.get_context("spawn")
+            procs = [
+                ctx.Process(target=learner_main, args=(sp, bus_for_learner), daemon=True)
+                for sp in specs
+            ]
+        self.proc = _LearnerGroup(procs)
         self.proc.start()
         affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
         if roll_cpu is not None:
@@ -410,9 +423,8 @@ class RunDriver:
             # failure it waits for an update that will never come, so it is stopped (it is idle
             # between barriers: no optimizer step is cut short)
             self.proc.join(timeout=30 if self._completed else 0.5)
-            if self.proc.is_alive():
-                self.proc.terminate()
-                self.proc.join(timeout=10)
+            self.proc.terminate()
+            self.proc.join(timeout=10)
             if self.bus_kind == "redis":
                 self.bus.delete("learner", "control", "spans")
             self.bus.close()
@@ -587,11 +599,14 @@ class RunDriver:
 
     def _wait_learner_ready(self, timeout_s: float = 300.0) -> None:
         deadline = time.time() + timeout_s
+        ready = 0
         while time.time() < deadline:
             for d in self.span_sub.receive(timeout_s=0.5):
                 self.span_sub.ack(d)
                 if isinstance(d.event, Span) and d.event.kind == "ready":
-                    return
+                    ready += 1
+                    if ready == len(self.proc.procs):
+                        return
             self._check_learner_alive("start-up")
         raise RunFailed(f"the learner process did not start within {timeout_s:.0f}s")
 
@@ -648,6 +663,42 @@ class RunDriver:
                 return self._barriers.pop(k)
             if time.time() >= deadline and not batch:
                 return None
+
+
+class _LearnerGroup:
+    """All learner ranks, supervised as one: the run fails if any rank dies."""
+
+    def __init__(self, procs: list[Any]) -> None:
+        self.procs = procs
+
+    def start(self) -> None:
+        for p in self.procs:
+            p.start()
+
+    def is_alive(self) -> bool:
+        return all(p.is_alive() for p in self.procs)
+
+    @property
+    def exitcode(self) -> int | None:
+        codes = [p.exitcode for p in self.procs if p.exitcode]
+        return codes[0] if codes else None
+
+    def join(self, timeout: float | None = None) -> None:
+        for p in self.procs:
+            p.join(timeout)
+
+    def terminate(self) -> None:
+        for p in self.procs:
+            if p.is_alive():
+                p.terminate()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def _crashing(task: RolloutTask, after_turns: int) -> RolloutTask:

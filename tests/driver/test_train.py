@@ -32,7 +32,7 @@ def _applied(run_dir: Path) -> list[tuple]:
             e = json.loads(line)
             out.append(
                 (
-                    path.name,
+                    path.name.split("-")[0],
                     e["source_id"],
                     tuple(e["token_ids"]),
                     tuple(e["action_mask"]),
@@ -160,3 +160,11 @@ def test_stale_schedules_run_for_comparison_and_report_staleness(
     assert all(m["schedule"] == schedule for m in metrics)
     # rollouts of update k+1 ran on theta_k or older while the learner stepped: one step stale
     assert max(m["max_staleness"] for m in metrics) >= 1
+
+
+@pytest.mark.parametrize("recipe", ["grpo-toy", "opd-toy"])
+def test_two_learner_ranks_with_fsdp2_train_like_sync(tmp_path: Path, recipe: str) -> None:
+    cfg = _small(recipe, **{"learner.ranks": 2})
+    assert RunDriver(cfg, tmp_path, log_batches=True).run() == 0
+    # each rank applied only its own groups; the barrier's all-reduce joined them
+    _equal_to_sync(tmp_path, cfg)
