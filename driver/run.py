@@ -252,6 +252,10 @@ class RunDriver:
 
     def _scorer(self, teacher_dir: Path) -> Any:
         """The frozen teacher: in-process HF (embedded default) or a supervised vLLM server."""
+        if self.cfg.teacher.backend == "hf" and self.ray_address is not None:
+            from driver.ray_placement import RayScorer
+
+            return RayScorer(str(teacher_dir))
         if self.cfg.teacher.backend == "hf":
             from teacher.scorer import HFScorer
 
@@ -370,9 +374,14 @@ class RunDriver:
         sys.setswitchinterval(0.0005)
         self.ctrl = self.bus.subscribe("control", "driver", "driver-0")
         self.span_sub = self.bus.subscribe("spans", "driver", "driver-0")
-        self.engine = HFEngine(
-            weights_dir(self.rundir.path, version) if version else student, version=version
-        )
+        start_weights = weights_dir(self.rundir.path, version) if version else student
+        self.engine: Any
+        if self.ray_address is not None:
+            from driver.ray_placement import RayEngine
+
+            self.engine = RayEngine(str(start_weights), version=version)
+        else:
+            self.engine = HFEngine(start_weights, version=version)
         tok = load_tokenizer(student)
         teacher = None
         self.teacher_server = None
@@ -425,6 +434,11 @@ class RunDriver:
             self.proc.join(timeout=30 if self._completed else 0.5)
             self.proc.terminate()
             self.proc.join(timeout=10)
+            if self.ray_address is not None:
+                from driver.ray_placement import reset_sandbox_workers
+
+                self.engine.close()
+                reset_sandbox_workers()
             if self.bus_kind == "redis":
                 self.bus.delete("learner", "control", "spans")
             self.bus.close()
@@ -434,7 +448,7 @@ class RunDriver:
     def _update(self, k: int, pool: list[Any], asynchronous: bool) -> None:
         cfg = self.cfg
         t0 = time.time()
-        plans = plan_update(cfg, pool, k)
+        plans = plan_update(cfg, pool, k, on_ray=self.ray_address is not None)
         by_traj = {p.traj_id: p for p in plans}
         groups = sorted({p.group_id for p in plans})
         for g in groups:

@@ -74,8 +74,12 @@ def task_pool(cfg: RunConfig) -> list[TaskRef]:
     raise ValueError(f"env.name {env!r} is unknown: use toy, swe-smith or terminal")
 
 
-def _factory(ref: TaskRef) -> Callable[[], Any]:
+def _factory(ref: TaskRef, on_ray: bool = False) -> Callable[[], Any]:
     def make() -> Any:
+        if on_ray:  # the environment and its sandbox live on a Ray worker
+            from driver.ray_placement import RayEnv
+
+            return RayEnv(ref.env_id, dict(ref.extras))
         import skyrl_gym
 
         return skyrl_gym.make(ref.env_id, extras=dict(ref.extras))
@@ -91,7 +95,7 @@ class PlannedTrajectory:
 
 
 def plan_update(
-    cfg: RunConfig, pool: list[TaskRef], update: int, attempt: int = 0
+    cfg: RunConfig, pool: list[TaskRef], update: int, attempt: int = 0, on_ray: bool = False
 ) -> list[PlannedTrajectory]:
     rng = random.Random(cfg.seed * 100_003 + update)
     n_groups, m = cfg.rollout.groups_per_update, cfg.rollout.group_size
@@ -101,7 +105,11 @@ def plan_update(
         for j in range(m):
             instance = f"u{update}-g{gi}-{ref.name}"
             task = RolloutTask(
-                instance, _factory(ref), [], repetition=j, seed=cfg.seed * 7919 + update * 101 + gi
+                instance,
+                _factory(ref, on_ray),
+                [],
+                repetition=j,
+                seed=cfg.seed * 7919 + update * 101 + gi,
             )
             traj = f"{instance}#{j}"
             group = instance if cfg.objective is Objective.GRPO else traj

@@ -10,11 +10,18 @@ from driver.run import RunDriver
 from tsrl.config import load_run_config
 
 
-def test_learner_on_a_local_ray_cluster_trains_like_the_embedded_run(tmp_path: Path) -> None:
+import pytest
+
+
+@pytest.mark.parametrize("recipe", ["opd-toy"])  # OPD exercises every role, teacher included
+def test_roles_as_ray_actors_on_a_local_cluster_train_like_sync(
+    tmp_path: Path, recipe: str
+) -> None:
+    """Learner, rollout engine, teacher and sandbox environments all run as Ray actors."""
     import ray
 
     cfg = load_run_config(
-        "grpo-toy",
+        recipe,
         {
             "updates": 2,
             "rollout.groups_per_update": 2,
@@ -28,7 +35,7 @@ def test_learner_on_a_local_ray_cluster_trains_like_the_embedded_run(tmp_path: P
         assert ray.is_initialized()
     finally:
         ray.shutdown()
-    assert "learner as a Ray actor" in (tmp_path / "log.txt").read_text()
+    assert "as Ray actors" in (tmp_path / "log.txt").read_text()
     metrics = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [m["update"] for m in metrics] == [0, 1]
     assert max(replay_gap(tmp_path, cfg, tmp_path / "model")) <= 1e-6
