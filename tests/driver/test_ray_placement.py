@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from driver.replay import replay_gap
 from driver.run import RunDriver
 from tsrl.config import load_run_config
-
-
-import pytest
 
 
 @pytest.mark.parametrize("recipe", ["opd-toy"])  # OPD exercises every role, teacher included
