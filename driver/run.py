@@ -648,17 +648,7 @@ class RunDriver:
                         ReplicaAcked(run_id=self.run_id, replica_id="engine-0", version=ack.version)
                     )
                     return e
-            if not self.proc.is_alive():
-                err = self.rundir.path / "learner-error.txt"
-                detail = (
-                    err.read_text().strip().splitlines()[-1]
-                    if err.exists()
-                    else f"exit code {self.proc.exitcode}"
-                )
-                raise RunFailed(
-                    f"learner process died during update {version - 1}: {detail}; "
-                    "resume with `tsrl train ... --resume` (needs checkpoint_every > 0)"
-                )
+            self._check_learner_alive(f"update {version - 1}")
 
     def _collect_spans(self, k: int, timeout_s: float = 30.0) -> Span | None:
         if k in self._barriers:
