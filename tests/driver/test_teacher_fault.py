@@ -35,7 +35,7 @@ def test_killed_teacher_server_is_restarted_and_the_update_still_equals_sync(
 
     teacher = load_model(tmp_path / "teacher")
     worst = 0.0
-    for line in (tmp_path / "batches" / "u00001.jsonl").read_text().splitlines():
+    for line in (tmp_path / "batches" / "u00001-r0.jsonl").read_text().splitlines():
         ev = json.loads(line)
         ids = torch.tensor([ev["token_ids"]])
         with torch.no_grad():
