@@ -158,8 +158,12 @@ def test_stale_schedules_run_for_comparison_and_report_staleness(
     metrics = _metrics(tmp_path)
     assert [m["update"] for m in metrics] == [0, 1, 2]
     assert all(m["schedule"] == schedule for m in metrics)
-    # rollouts of update k+1 ran on theta_k or older while the learner stepped: one step stale
-    assert max(m["max_staleness"] for m in metrics) >= 1
+    staleness = [m["max_staleness"] for m in metrics]
+    if schedule == "async":
+        # rollouts of update k+1 ran on theta_k while the learner stepped: exactly one step stale
+        assert max(staleness) == 1
+    else:  # fully_async swaps weights whenever they land: how stale depends on timing
+        assert all(s >= 0 for s in staleness)
 
 
 @pytest.mark.parametrize("recipe", ["grpo-toy", "opd-toy"])
