@@ -20,9 +20,8 @@ from typing import Any
 import torch
 
 from learner.replay import LoggedBatch, make_grpo_batch, make_opd_batch, replay_update
+from rollout.vllm_server import free_port
 from tsrl.config import Objective, RunConfig, Schedule, load_run_config
-
-RUNS = ("sync", "group", "stream", "control")
 
 
 def bench_config(objective: Objective, ranks: int, dtype: str = "float32") -> RunConfig:
@@ -139,14 +138,6 @@ def _worker(rank: int, world: int, port: int, payload: Path, out: Path) -> None:
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _gap(a: torch.Tensor, b: torch.Tensor, theta0: torch.Tensor) -> float:
     drift = float((b - theta0).norm())
     return float((a - b).norm()) / drift if drift > 0 else float((a - b).norm())
@@ -191,7 +182,7 @@ def run_equivalence(
             payload, out = root / "payload.pkl", root / "runs.pkl"
             payload.write_bytes(pickle.dumps((student, bench_config(objective, 2, dtype), batches)))
             os.environ.setdefault("OMP_NUM_THREADS", "1")
-            mp.spawn(_worker, args=(2, _free_port(), payload, out), nprocs=2, join=True)
+            mp.spawn(_worker, args=(2, free_port(), payload, out), nprocs=2, join=True)
             runs = pickle.loads(out.read_bytes())
             one_rank_sync = _train(student, cfg1, batches, Schedule.SYNC)
     theta0 = runs["sync"]["params"][0]

@@ -45,11 +45,8 @@ def train(
     except ConfigError as e:
         typer.echo(f"invalid config: {e}", err=True)
         raise typer.Exit(2) from None
-    rd = Path(
-        run_dir or cfg.output_dir
-        if run_dir or cfg.output_dir != "runs/default"
-        else f"runs/{cfg.name}"
-    )
+    default_dir = cfg.output_dir if cfg.output_dir != "runs/default" else f"runs/{cfg.name}"
+    rd = Path(run_dir or default_dir)
     with Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),

@@ -40,6 +40,7 @@ from driver.tasks import PlannedTrajectory, plan_update, task_pool
 from rollout.agent_loop import AgentLoop, AgentLoopConfig, RolloutTask
 from rollout.trajectory import Trajectory, Turn
 from rollout.types import SamplingParams
+from rollout.vllm_server import free_port
 from tsrl.config import Objective, RunConfig, Schedule
 
 EXIT_CANCELLED = 3
@@ -342,7 +343,7 @@ class RunDriver:
         from dataclasses import replace
 
         world = cfg.learner.ranks
-        port = _free_port() if world > 1 else 0
+        port = free_port() if world > 1 else 0
         specs = [replace(spec, rank=r, world=world, port=port) for r in range(world)]
         if world > 1:  # ranks share the learner core(s); the rollout side keeps its own
             specs = [replace(sp, cpu=None) for sp in specs]
@@ -695,14 +696,6 @@ class _LearnerGroup:
         for p in self.procs:
             if p.is_alive():
                 p.terminate()
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _crashing(task: RolloutTask, after_turns: int) -> RolloutTask:
