@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.simulator import SimSchedule, Update, WorkItem, simulate, speedup_bound
+from tsrl.rundir import RunFiles
 
 
 class TraceError(ValueError):
@@ -60,15 +61,14 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def _paths(trace: Path) -> tuple[Path, Path]:
-    if trace.is_dir():
-        spans, metrics = trace / "spans.jsonl", trace / "metrics.jsonl"
-    else:
-        spans, metrics = trace, trace.parent / "metrics.jsonl"
+    files = RunFiles(trace if trace.is_dir() else trace.parent)
+    spans = files.spans if trace.is_dir() else trace
+    metrics = files.metrics
     if not spans.exists():
-        raise TraceError(f"{spans} not found: pass a run directory or its spans.jsonl")
+        raise TraceError(f"{spans} not found: pass a run directory or its {files.spans.name}")
     if not metrics.exists():
         raise TraceError(
-            f"{metrics} not found: R and P per update come from the run's metrics.jsonl"
+            f"{metrics} not found: R and P per update come from the run's {metrics.name}"
         )
     return spans, metrics
 

@@ -10,13 +10,13 @@ batches through `sync` from theta_0 and compares with the parameters the run pub
 
 from __future__ import annotations
 
-import json
 import statistics
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from tsrl.config import RunConfig, load_run_config
+from tsrl.rundir import RunFiles
 
 WORKLOADS: dict[str, dict[str, Any]] = {
     # balanced: rollout time (generation + a sandbox tool call per trajectory) close to learner time
@@ -62,10 +62,6 @@ def workload_config(objective: str, schedule: str, updates: int, **extra: Any) -
     return load_run_config(data={}, overrides=over | extra)
 
 
-def _metrics(run_dir: Path) -> list[dict[str, Any]]:
-    return [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x]
-
-
 def _p(xs: list[float]) -> float:
     return statistics.median(xs) if xs else 0.0
 
@@ -83,14 +79,12 @@ def run_speedup(
     for r in range(rounds):
         for schedule in ("sync", "stream"):
             cfg = workload_config(objective, schedule, updates)
-            rd = root / f"{schedule}-r{r}"
-            RunDriver(cfg, rd, log_batches=schedule == "stream").run()
-            per[schedule] += _metrics(rd)[1:]
-            placement = next(
-                (x for x in (rd / "log.txt").read_text().splitlines() if "placement" in x), ""
-            )
+            rd = RunFiles(root / f"{schedule}-r{r}")
+            RunDriver(cfg, rd.root, log_batches=schedule == "stream").run()
+            per[schedule] += rd.read_metrics()[1:]
+            placement = next((x for x in rd.log_lines() if "placement" in x), "")
             if schedule == "stream":
-                gaps += replay_gap(rd, cfg, rd / "model")
+                gaps += replay_gap(rd.root, cfg, rd.model)
     sync, stream = per["sync"], per["stream"]
     R, L, P = (_p([m[k] for m in sync]) for k in ("R", "L", "P"))
     sync_s, stream_s = _p([m["step_s"] for m in sync]), _p([m["step_s"] for m in stream])

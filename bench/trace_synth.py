@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.simulator import SimSchedule, Update, WorkItem
+from tsrl.rundir import RunFiles
 
 
 def _noisy(u: Update, rng: np.random.Generator | None, noise: float) -> Update:
@@ -38,10 +39,10 @@ def write_run(
 ) -> Path:
     """Simulate each update under `schedule` and write metrics.jsonl + spans.jsonl."""
     schedule = SimSchedule(schedule)
-    out = Path(run_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    files = RunFiles(run_dir)
+    files.root.mkdir(parents=True, exist_ok=True)
     t0 = t_start
-    with (out / "metrics.jsonl").open("a") as mf, (out / "spans.jsonl").open("a") as sf:
+    with files.metrics.open("a") as mf, files.spans.open("a") as sf:
         for k, upd in enumerate(updates, start=first_update):
             u = _noisy(upd, rng, noise)
             free: dict[int, float] = {}
@@ -74,7 +75,7 @@ def write_run(
             }
             mf.write(json.dumps(rec) + "\n")
             t0 += step
-    return out
+    return files.root
 
 
 def _span(k: int, j: int, it: WorkItem, t0: float, start: float) -> dict[str, object]:

@@ -1,12 +1,15 @@
 """The event bus: typed events (`bus.events`), the Bus / Subscription seam (`bus.protocol`), an
 in-process backend (`bus.inproc`, the embedded default) and Redis Streams (`bus.redis_streams`),
-plus apply-exactly-once on top of at-least-once delivery (`bus.ledger`)."""
+a multiprocessing backend for the embedded run (`bus.mp`), plus apply-exactly-once on top of
+at-least-once delivery (`bus.ledger`); `bus.factory` builds any of them."""
 
 from bus.events import (
+    BarrierStats,
     BatchClosed,
     Event,
     GroupClosed,
     GroupRegistered,
+    LearnerReady,
     PolicyPublished,
     ReplicaAcked,
     Role,
@@ -16,9 +19,11 @@ from bus.events import (
     decode_event,
     encode_event,
 )
-from bus.protocol import Bus, BusError, BusKind, Delivery, Subscription, Topic, make_bus
+from bus.factory import BusKind, make_bus
+from bus.protocol import Bus, BusError, Delivery, Subscription, Topic
 
 __all__ = [
+    "BarrierStats",
     "BatchClosed",
     "Bus",
     "BusError",
@@ -27,6 +32,7 @@ __all__ = [
     "Event",
     "GroupClosed",
     "GroupRegistered",
+    "LearnerReady",
     "PolicyPublished",
     "ReplicaAcked",
     "Role",

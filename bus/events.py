@@ -8,8 +8,11 @@ may therefore publish the same fact twice; the consumer's applied-key ledger
 (`bus.ledger`) makes sure it is applied once, which is what keeps a gradient from being counted
 twice after a redelivery.
 
-Token payloads follow one layout for both objectives: `token_ids` is the full sequence
-`[prompt; continuation]`, `prompt_len` its prompt part, `action_mask` (same length, 0/1) marks the
+Token payloads: a GRPO trajectory carries its full sequence `[prompt; continuation]` in
+`token_ids`, `prompt_len` its prompt part, and `index`, its place in the group (the reduction order).
+An OPD turn carries only its new segment (the observation of the previous turn, or the prompt for
+turn 0, then the turn's action) and `offset`, the segment's position in the trajectory, so a
+trajectory's payload grows linearly with its turns. `action_mask` (same length, 0/1) marks the
 scored tokens, and `teacher_logprobs` (OPD only, same length) holds log pi_T of each token (entries
 where the mask is 0 are ignored).
 """
@@ -25,8 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 
 class SourceKind(StrEnum):
-    GRPO_TRAJECTORY = "grpo_trajectory"  # content fixed (reward may come later as grpo_reward)
-    GRPO_REWARD = "grpo_reward"  # binds a reward to an already-sent trajectory
+    GRPO_TRAJECTORY = "grpo_trajectory"  # content and reward of one trajectory are fixed
     OPD_TURN = "opd_turn"  # one teacher-scored turn
 
 
@@ -65,6 +67,8 @@ class SourceReady(_Event):
     group_id: str
     traj_id: str
     turn: int = Field(0, ge=0)
+    index: int | None = Field(None, ge=0, description="GRPO: the trajectory's index in its group")
+    offset: int = Field(0, ge=0, description="OPD: position of token_ids[0] in the trajectory")
     ready_at: float = Field(default_factory=time.time, description="unix s the source became ready")
     token_ids: list[int] = Field(default_factory=list)
     action_mask: list[int] = Field(default_factory=list)
@@ -84,8 +88,11 @@ class SourceReady(_Event):
             raise ValueError("action_mask must hold only 0 and 1")
         if self.prompt_len > n:
             raise ValueError(f"prompt_len={self.prompt_len} exceeds the {n} tokens sent")
-        if self.kind == SourceKind.GRPO_REWARD and self.reward is None:
-            raise ValueError("a grpo_reward source needs reward set")
+        if self.kind == SourceKind.GRPO_TRAJECTORY:
+            if self.index is None:
+                raise ValueError("a grpo_trajectory source needs index (its place in the group)")
+            if self.reward is None:
+                raise ValueError("a grpo_trajectory source needs reward set")
         if self.kind == SourceKind.OPD_TURN:
             if self.teacher_logprobs is None:
                 raise ValueError("an opd_turn source needs teacher_logprobs (one per token)")
@@ -146,9 +153,6 @@ class PolicyPublished(_Event):
     type: Literal["policy_published"] = "policy_published"
     version: int = Field(ge=0)
     uri: str = Field("", description="where replicas load the weights from")
-    stats: dict[str, float] = Field(
-        default_factory=dict, description="learner-side numbers of the update (L, P, ...)"
-    )
 
     def dedup_key(self) -> str:
         return f"policy_published:{self.run_id}:{self.version}"
@@ -197,6 +201,62 @@ class Span(_Event):
         return rec
 
 
+class LearnerReady(_Event):
+    """A learner rank loaded theta_k and listens: the driver opens the first update after all."""
+
+    type: Literal["learner_ready"] = "learner_ready"
+    rank: int = Field(ge=0)
+    version: int = Field(ge=0)
+
+    def dedup_key(self) -> str:
+        return f"learner_ready:{self.run_id}:{self.rank}:{self.version}"
+
+
+class BarrierStats(_Event):
+    """What one learner rank measured in update k, sent once its optimizer step is done.
+
+    `busy_s` is L (time in work items), `start`/`end` bound the barrier (reduce + step + publish:
+    P). Latencies are p99 over the update: `ready_to_recv` from a source's ready time to the learner
+    receiving it, `bus` only for sources that arrived while the learner waited.
+    """
+
+    type: Literal["barrier_stats"] = "barrier_stats"
+    update: int = Field(ge=0)
+    rank: int = Field(0, ge=0)
+    version: int = Field(ge=0, description="the version this step produced (k + 1)")
+    start: float
+    end: float
+    busy_s: float = Field(ge=0)
+    reduce_s: float = Field(ge=0)
+    step_s: float = Field(ge=0)
+    publish_s: float = Field(ge=0)
+    tokens: int = Field(ge=0, description="tokens forwarded by this rank")
+    work_items: int = Field(ge=0)
+    grad_norm: float
+    ready_to_recv_p99_ms: float = Field(ge=0)
+    bus_p99_ms: float = Field(ge=0)
+    peak_rss_mb: float = Field(ge=0)
+    n_params: int = Field(ge=0)
+    max_staleness: int = Field(ge=0)
+
+    def dedup_key(self) -> str:
+        return f"barrier_stats:{self.run_id}:{self.update}:{self.rank}"
+
+    def to_span_record(self) -> dict[str, Any]:
+        """The barrier's line in DIR/spans.jsonl (rank 0 on the barrier lane, others' on theirs)."""
+        ids = {"rank": str(self.rank)} if self.rank else {}
+        role = Role.BARRIER if self.rank == 0 else Role.LEARNER
+        return Span(
+            run_id=self.run_id,
+            update=self.update,
+            role=role,
+            kind="barrier",
+            ids=ids,
+            start=self.start,
+            end=self.end,
+        ).to_jsonl_record()
+
+
 Event = Annotated[
     SourceReady
     | GroupRegistered
@@ -205,6 +265,8 @@ Event = Annotated[
     | TrajectoryAborted
     | PolicyPublished
     | ReplicaAcked
+    | LearnerReady
+    | BarrierStats
     | Span,
     Field(discriminator="type"),
 ]

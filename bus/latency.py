@@ -43,6 +43,7 @@ def _event(run_id: str, i: int) -> SourceReady:
         policy_version=0,
         group_id=f"g{i // 8}",
         traj_id=f"t{i}",
+        index=i % 8,
         token_ids=list(range(64)),
         action_mask=[0] * 16 + [1] * 48,
         prompt_len=16,

@@ -21,10 +21,12 @@ from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
 from bus.events import (
+    BarrierStats,
     BatchClosed,
     Event,
     GroupClosed,
     GroupRegistered,
+    LearnerReady,
     PolicyPublished,
     ReplicaAcked,
     SourceReady,
@@ -36,7 +38,7 @@ from bus.events import (
 class Topic(StrEnum):
     LEARNER = "learner"  # SourceReady, GroupRegistered, GroupClosed, BatchClosed: one ordered log
     CONTROL = "control"  # PolicyPublished, ReplicaAcked
-    SPANS = "spans"  # timeline spans for the metrics writer
+    SPANS = "spans"  # timeline spans, learner readiness and barrier stats: for the driver
 
 
 def default_topic(event: Event) -> Topic:
@@ -48,7 +50,7 @@ def default_topic(event: Event) -> Topic:
         return Topic.LEARNER
     if isinstance(event, PolicyPublished | ReplicaAcked):
         return Topic.CONTROL
-    if isinstance(event, Span):
+    if isinstance(event, Span | LearnerReady | BarrierStats):
         return Topic.SPANS
     raise TypeError(f"no topic for event type {type(event).__name__}")
 
@@ -105,26 +107,3 @@ class Bus(Protocol):
         ...
 
     def close(self) -> None: ...
-
-
-class BusKind(StrEnum):
-    INPROC = "inproc"
-    REDIS = "redis"
-
-
-def make_bus(
-    kind: BusKind | str,
-    *,
-    url: str = "redis://127.0.0.1:6379/0",
-    prefix: str = "tsrl",
-    claim_idle_s: float = 30.0,
-) -> Bus:
-    """Build a backend by name (the embedded default is `inproc`)."""
-    kind = BusKind(kind)
-    if kind == BusKind.INPROC:
-        from bus.inproc import InProcessBus
-
-        return InProcessBus(claim_idle_s=claim_idle_s)
-    from bus.redis_streams import RedisStreamsBus
-
-    return RedisStreamsBus(url=url, prefix=prefix, claim_idle_s=claim_idle_s)

@@ -1,4 +1,4 @@
-"""`tsrl train CONFIG [--run-dir DIR] [--set k=v] [--resume]`."""
+"""`tsrl train CONFIG [--run-dir DIR] [--set k=v] [--resume] [--bus process|redis] [--ray ADDR]`."""
 
 from __future__ import annotations
 
@@ -8,20 +8,8 @@ from typing import Any
 
 import typer
 
+from bus.factory import BusKind
 from tsrl.cli_groups import app
-
-
-def _parse_sets(items: list[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for kv in items:
-        k, sep, v = kv.partition("=")
-        if not sep:
-            raise typer.BadParameter(f"--set {kv!r}: write key=value, e.g. --set updates=2")
-        try:
-            out[k] = json.loads(v)
-        except json.JSONDecodeError:
-            out[k] = v
-    return out
 
 
 @app.command("train")
@@ -30,19 +18,25 @@ def train(
     run_dir: str = typer.Option(None, help="run directory (default: runs/<name>)"),
     set_: list[str] = typer.Option([], "--set", help="override, e.g. --set updates=2"),
     resume: bool = typer.Option(False, help="continue from the run directory's checkpoint"),
-    bus: str = typer.Option("process", help="process (embedded) | redis"),
+    bus: BusKind = typer.Option(
+        None, help="process (embedded default) | redis (default with --ray); not inproc"
+    ),
     ray: str = typer.Option(None, "--ray", help="place the learner on Ray: ADDRESS or 'local'"),
     quiet: bool = typer.Option(False, help="no progress bar"),
 ) -> None:
     """Train a run: rollouts overlap the learner (own process); writes the run directory."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from driver.run import EXIT_CANCELLED, RunDriver, load_config_arg
-    from tsrl.config import ConfigError
+    from bus.factory import run_bus_kind
+    from bus.protocol import BusError
+    from driver.run import EXIT_CANCELLED, RunDriver
+    from tsrl.config import ConfigError, load_config_arg, parse_set_overrides
+    from tsrl.rundir import RunStatus
 
     try:
-        cfg = load_config_arg(config, _parse_sets(set_))
-    except ConfigError as e:
+        cfg = load_config_arg(config, parse_set_overrides(set_))
+        run_bus_kind(bus, on_ray=ray is not None)  # refused here, before anything starts
+    except (ConfigError, BusError) as e:
         typer.echo(f"invalid config: {e}", err=True)
         raise typer.Exit(2) from None
     default_dir = cfg.output_dir if cfg.output_dir != "runs/default" else f"runs/{cfg.name}"
@@ -64,14 +58,9 @@ def train(
                 info=f"reward {rec['reward_mean']:.3f}  step {rec['step_s']:.2f}s",
             )
 
-        if ray is not None and bus == "process":
-            bus = "redis"  # a Ray actor cannot share the embedded process bus
         driver = RunDriver(cfg, rd, resume=resume, bus_kind=bus, progress=progress, ray_address=ray)
         code = driver.run()
-    typer.echo(
-        json.dumps(
-            {"run_dir": str(rd), "status": "cancelled" if code == EXIT_CANCELLED else "succeeded"}
-        )
-    )
+    status = RunStatus.CANCELLED if code == EXIT_CANCELLED else RunStatus.SUCCEEDED
+    typer.echo(json.dumps({"run_dir": str(rd), "status": status.value}))
     if code:
         raise typer.Exit(code)

@@ -13,7 +13,8 @@ import itertools
 import os
 from typing import Any
 
-from driver.learner_proc import BusRef, LearnerSpec, learner_main
+from bus.factory import BusRef
+from driver.learner_proc import LearnerSpec, learner_main
 
 
 class _LearnerActor:
@@ -142,10 +143,8 @@ class _SandboxWorker:
     """A sandbox worker: hosts many environments (their sessions, tool calls, verifiers)."""
 
     def __init__(self) -> None:
-        import driver.envs
-        import sandbox.envs  # noqa: F401  (registers the sandbox environments)
+        import sandbox.envs  # noqa: F401  (registers every ThunderSync environment)
 
-        driver.envs.register()
         self.envs: dict[str, Any] = {}
 
     def open(self, key: str, env_id: str, extras: dict[str, Any]) -> None:

@@ -13,10 +13,11 @@ from pathlib import Path
 import torch
 
 from bus.events import SourceKind, SourceReady
-from driver.learner_proc import to_work_items, weights_dir
+from driver.work_items import to_work_items
 from learner.replay import LoggedBatch
 from learner.sources import GrpoGroupSpec, OpdClose
 from tsrl.config import Objective, RunConfig, Schedule
+from tsrl.rundir import RunFiles
 
 
 def load_logged_batch(paths: list[Path], cfg: RunConfig) -> LoggedBatch:
@@ -52,16 +53,13 @@ def replay_gap(run_dir: str | Path, cfg: RunConfig, model_dir: str | Path) -> li
     from rollout.checkpoint import load_state_dict
     from tsrl.models import load_model
 
-    run_dir = Path(run_dir)
+    files = RunFiles(run_dir)
     learner = Learner(load_model(model_dir), cfg)
     theta0 = learner.flat_params()
     gaps = []
-    by_update: dict[str, list[Path]] = {}
-    for path in sorted((run_dir / "batches").glob("u*.jsonl")):
-        by_update.setdefault(path.name.split("-")[0], []).append(path)
-    for _, paths in sorted(by_update.items()):
+    for paths in files.batch_logs().values():
         replay_update(learner, load_logged_batch(paths, cfg), Schedule.SYNC)
-        ran = _flat(load_state_dict(weights_dir(run_dir, learner.version)), learner.names)
+        ran = _flat(load_state_dict(files.weights(learner.version)), learner.names)
         mine = learner.flat_params()
         drift = float((mine - theta0).norm())
         gaps.append(float((ran - mine).norm()) / drift if drift else float((ran - mine).norm()))

@@ -6,7 +6,7 @@ its K/V into detached leaves, run each continuation on a fresh cache built from 
 take gradients for the parameters *and* the leaves; the leaves' adjoints are later pushed through
 the prefix graph once.
 
-Silent traps handled here (each gave wrong numbers without an error, see DESIGN.md):
+Silent traps handled here (each gave wrong numbers without an error, see docs/DESIGN.md):
 - the cache keyword is `past_key_values` up to transformers 5.19 and `cache` from 5.24; we read the
   name off the forward signature;
 - a cache grows in place, so every forward gets a fresh DynamicCache built from the leaves;

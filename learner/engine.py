@@ -1,6 +1,6 @@
 """The per-rank gradient engine of one update: applies released sources as soon as it may.
 
-Reads like the maths in DESIGN.md:
+Reads like the maths in docs/DESIGN.md:
   GRPO content i  -> H_i = grad S_i at theta_k over the continuation, with the prompt K/V as leaves;
                      G2 += H_i; once r_i is bound, G1 += (r_i - c) H_i (held until then)
   group close     -> g_G = (alpha G1 + beta G2) / m; its prompt-leaf part goes through the prompt
@@ -267,6 +267,11 @@ class GradientEngine:
             raise SourceError(
                 f"source {item.source_id}: {len(item.token_ids)} tokens but "
                 f"{len(item.action_mask)} mask entries; give one mask entry per token"
+            )
+        if item.start is not None and item.start != t.pos:
+            raise SourceError(
+                f"source {item.source_id}: the segment starts at position {item.start} but the "
+                f"turns before it end at {t.pos}; send each turn's segment from where the last ended"
             )
         if item.action_mask and item.action_mask[0]:
             raise SourceError(

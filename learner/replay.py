@@ -61,7 +61,6 @@ def replay_update(
             engine.drain()
     engine.close_batch()
     engine.drain()
-    learner.last_engine = engine  # type: ignore[attr-defined]
     return learner.step(engine)
 
 

@@ -57,7 +57,8 @@ class OpdTurn:
 
     Segment 0 starts with the prompt; segment j > 0 starts with the observation of turn j-1. The
     first token of a segment is never scored (it is predicted across the cut).
-    `teacher_logprobs` has one entry per scored (mask == 1) token, in order.
+    `teacher_logprobs` has one entry per scored (mask == 1) token, in order. `start`, when given,
+    is the segment's position in the trajectory (checked against the turns applied before it).
     """
 
     source_id: str
@@ -66,6 +67,7 @@ class OpdTurn:
     token_ids: tuple[int, ...]
     action_mask: tuple[int, ...]
     teacher_logprobs: tuple[float, ...]
+    start: int | None = None
 
     @property
     def key(self) -> str:

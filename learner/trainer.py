@@ -52,6 +52,7 @@ class Learner:
         self.names = [n for n, p in model.named_parameters() if p.requires_grad]
         self.publish = publish
         self.version = 0
+        self.last_engine: GradientEngine | None = None  # the engine of the last step (its counters)
         self.optimizer: StepOptimizer
         if self.ctx.distributed:
             self.optimizer = FSDP2Optimizer(model, self.params, cfg.optim, self.ctx)
@@ -83,6 +84,7 @@ class Learner:
             weights=self.weights() if self.publish is not None else None,
         )
         self.version = stats.version
+        self.last_engine = engine
         return stats
 
     def weights(self) -> dict[str, torch.Tensor]:

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 from rollout.chat import Messages, TokenizerChatFormat
 from rollout.engine import Engine
-from rollout.trajectory import Trajectory, Turn
+from rollout.trajectory import Trajectory, TrajectoryRef, Turn
 from rollout.types import SamplingParams
 
 
@@ -63,6 +63,10 @@ class RolloutTask:
     prompt: Messages
     repetition: int = 0
     seed: int = 0
+
+    @property
+    def ref(self) -> TrajectoryRef:
+        return TrajectoryRef(self.instance_id, self.repetition)
 
 
 @dataclass
@@ -128,7 +132,7 @@ class AgentLoop:
             init_msgs, _ = await loop.run_in_executor(tool_pool, env.init, task.prompt)
             prompt_ids = self.chat.prompt_ids(list(init_msgs))
             traj = Trajectory(
-                trajectory_id=f"{task.instance_id}#{task.repetition}",
+                trajectory_id=str(task.ref),
                 instance_id=task.instance_id,
                 repetition=task.repetition,
                 prompt_ids=prompt_ids,

@@ -7,12 +7,11 @@ below that do not count). Attempts never see each other (new env, new seed, no f
 
 Tasks file: JSONL (or a directory of *.jsonl), one task per line in SkyRL's dataset shape:
 `{"instance_id": str, "env_class": str, "prompt": [messages], "env_extras": {...}}`; `env_class`
-is a skyrl-gym id (the toy env `tsrl-toy-calc`, or the sandbox envs registered by `sandbox.envs`).
+is a skyrl-gym id (those of `sandbox.envs`: the toy calculator `tsrl-toy-calc`, the sandbox envs).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 from pathlib import Path
@@ -51,12 +50,7 @@ def load_tasks(path: str | Path) -> list[dict[str, Any]]:
 
 
 def _register_envs() -> None:
-    from rollout.toy_env import register
-
-    register()
-    # the sandbox package registers its envs (SWE-smith, terminal tasks) on import
-    with contextlib.suppress(ImportError):
-        import sandbox.envs  # noqa: F401
+    import sandbox.envs  # noqa: F401  (registers the toy calculator and the sandbox envs)
 
 
 def run_eval(
@@ -97,7 +91,9 @@ def run_eval(
         raise ValueError(f"unknown engine {engine_kind!r}: use 'hf' or 'vllm'")
 
     def maker(t: dict[str, Any]) -> Any:
-        return lambda: skyrl_gym.make(t["env_class"], extras=dict(t.get("env_extras") or {}))
+        # sandbox envs: a session pool at least as big as the attempts run at once
+        extras = {"pool_size": concurrency} | dict(t.get("env_extras") or {})
+        return lambda: skyrl_gym.make(t["env_class"], extras=dict(extras))
 
     jobs = [
         RolloutTask(str(t["instance_id"]), maker(t), list(t["prompt"]), repetition=a, seed=seed)

@@ -12,6 +12,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+@dataclass(frozen=True, order=True)
+class TrajectoryRef:
+    """One trajectory of a task: `instance_id` and its `repetition` (GRPO: the index in its
+    group). `str(ref)` is the run-wide trajectory id `instance#repetition`; nothing parses it back."""
+
+    instance_id: str
+    repetition: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.instance_id}#{self.repetition}"
+
+
 @dataclass
 class Turn:
     index: int
@@ -48,6 +60,10 @@ class Trajectory:
     start: float = 0.0
     end: float = 0.0
     metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ref(self) -> TrajectoryRef:
+        return TrajectoryRef(self.instance_id, self.repetition)
 
     @property
     def response_ids(self) -> list[int]:
@@ -148,7 +164,7 @@ def from_generator_output(out: dict[str, Any]) -> list[Trajectory]:
             inst, rep = str(i), 0
         trajs.append(
             Trajectory(
-                trajectory_id=f"{inst}#{rep}",
+                trajectory_id=str(TrajectoryRef(inst, rep)),
                 instance_id=inst,
                 repetition=rep,
                 prompt_ids=prompt,

@@ -12,7 +12,7 @@
 - At most `max_sessions` sessions are leased at once (a semaphore) and at most `max_sessions`
   are open at all (idle sessions of other specs are closed to make room). An acquire beyond the
   bound waits for a release; after `acquire_timeout` it raises `PoolExhausted`, whose message says
-  what to raise.
+  what to raise. `grow(n)` raises the bound of a live pool.
 - A lease is a `Session`: `close()` on it returns the session to the pool (so environments that
   close their session work unchanged). A session whose reset fails, or that is released with
   `discard=True`, is closed instead of reused.
@@ -139,7 +139,7 @@ class SandboxPool:
         self.backend = Backend(self.executor.backend)
         self.max_sessions = max_sessions
         self.acquire_timeout = acquire_timeout
-        self._slots = threading.BoundedSemaphore(max_sessions)
+        self._slots = threading.Semaphore(max_sessions)  # a plain one: grow() adds permits
         self._lock = threading.Lock()
         self._idle: dict[tuple[Any, ...], list[Any]] = {}
         self._leased: set[int] = set()
@@ -182,6 +182,20 @@ class SandboxPool:
     def open_count(self) -> int:
         with self._lock:
             return self._opened
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def grow(self, max_sessions: int) -> None:
+        """Raise the bound to `max_sessions` (waiting acquires get the new slots at once); a
+        smaller number changes nothing."""
+        with self._lock:
+            extra = max_sessions - self.max_sessions
+            if extra <= 0:
+                return
+            self.max_sessions = max_sessions
+        self._slots.release(extra)
 
     # ---- warm-up ----------------------------------------------------------------------------
     def prewarm(self, spec: SessionSpec, n: int) -> int:

@@ -15,7 +15,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.db import utcnow
-from service.models import ACTIVE_STATUSES, Run, SpanRow, TaskSet, Token, UpdateRow
+from service.models import Run, SpanRow, TaskSet, Token, UpdateRow
 from service.schemas import (
     RunDetail,
     RunPublic,
@@ -26,6 +26,7 @@ from service.schemas import (
 )
 from service.security import display_prefix, hash_token, new_token
 from tsrl.config import RunConfig
+from tsrl.rundir import ACTIVE_STATUSES, RunFiles, RunStatus
 
 # --- tokens -------------------------------------------------------------------------------------
 
@@ -146,7 +147,7 @@ def create_run(
         objective=str(config.objective.value),
         schedule=str(config.schedule.value),
         config=resolved.model_dump(mode="json"),
-        status="queued",
+        status=RunStatus.QUEUED,
         reason="waiting for a launcher slot",
         backend=backend,
         run_dir=str(run_dir),
@@ -162,7 +163,7 @@ def list_runs(
     owner_id: uuid.UUID,
     skip: int,
     limit: int,
-    status: str | None = None,
+    status: RunStatus | None = None,
     recipe: str | None = None,
     schedule: str | None = None,
     name: str | None = None,
@@ -190,16 +191,14 @@ def get_run(*, session: Session, owner_id: uuid.UUID, run_id: uuid.UUID) -> Run 
 
 def request_cancel(*, session: Session, run: Run) -> Run:
     """Queued runs stop at once; started ones get DIR/CANCEL and stop at the next barrier."""
-    if run.status == "queued":
-        run.status = "cancelled"
+    if run.status == RunStatus.QUEUED:
+        run.status = RunStatus.CANCELLED
         run.reason = "cancelled before it started"
         run.finished_at = utcnow()
         run.cancel_requested_at = utcnow()
     elif run.status in ACTIVE_STATUSES and run.cancel_requested_at is None:
         run.cancel_requested_at = utcnow()
-        run_dir = Path(run.run_dir)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "CANCEL").touch()
+        RunFiles(run.run_dir).request_cancel()
     session.flush()
     return run
 

@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     Boolean,
+    Enum,
     Float,
     ForeignKey,
     Index,
@@ -24,9 +25,19 @@ from sqlalchemy import (
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from service.db import Base, UTCDateTime, utcnow
+from tsrl.rundir import RunStatus
 
-ACTIVE_STATUSES = ("queued", "starting", "running")
-FINAL_STATUSES = ("succeeded", "failed", "cancelled")
+# Stored as the enum's values in a VARCHAR(20) (no CHECK constraint, no native enum type): the same
+# column as before the enum, so no data migration; rows read back as RunStatus members.
+RUN_STATUS_TYPE = Enum(
+    RunStatus,
+    name="run_status",
+    native_enum=False,
+    length=20,
+    create_constraint=False,
+    validate_strings=True,
+    values_callable=lambda e: [m.value for m in e],
+)
 
 
 class Token(Base):
@@ -52,7 +63,7 @@ class Run(Base):
     objective: Mapped[str] = mapped_column(String(20))
     schedule: Mapped[str] = mapped_column(String(20))
     config: Mapped[dict[str, Any]] = mapped_column(JSON)
-    status: Mapped[str] = mapped_column(String(20), default="queued", index=True)
+    status: Mapped[RunStatus] = mapped_column(RUN_STATUS_TYPE, default=RunStatus.QUEUED, index=True)
     reason: Mapped[str] = mapped_column(Text, default="")
     backend: Mapped[str] = mapped_column(String(20), default="embedded")
     run_dir: Mapped[str] = mapped_column(Text, default="")

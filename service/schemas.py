@@ -9,7 +9,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-RunStatus = Literal["queued", "starting", "running", "succeeded", "failed", "cancelled"]
+from tsrl.rundir import RunStatus
+
 SpanRole = Literal["rollout", "tool", "teacher", "learner", "barrier"]
 
 

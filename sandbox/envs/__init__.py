@@ -1,8 +1,11 @@
 """ThunderSync environments as skyrl-gym 0.4.0 `BaseTextEnv`s, registered on import.
 
-`skyrl_gym.make("thundersync-swesmith", extras={...})` and `skyrl_gym.make("thundersync-terminal",
-extras={...})` give envs the agent loop drives like any SkyRL env. The action format is
-documented in `sandbox.envs.tools`.
+`skyrl_gym.make(EnvId.X.value, extras={...})` gives an env the agent loop drives like any SkyRL
+env: `thundersync-swesmith` (`swesmith_env`), `thundersync-terminal` (`terminal_env`),
+`tsrl-digits` (`digits_env`, the toy recipes' task) and `tsrl-toy-calc` (`calc_env`, `tsrl eval`
+and the tests). The shared env shape and the session pools are in `sandbox.envs.base`, the
+action format of the sandbox envs in `sandbox.envs.tools`, and which tasks a run's `env.name`
+means in `sandbox.envs.catalogue`.
 """
 
 from __future__ import annotations
@@ -14,15 +17,27 @@ from skyrl_gym.envs.registration import registry
 
 
 class EnvId(StrEnum):
+    """The registered skyrl-gym ids (eval task files name them: keep them stable)."""
+
     SWESMITH = "thundersync-swesmith"
     TERMINAL = "thundersync-terminal"
+    DIGITS = "tsrl-digits"
+    CALC = "tsrl-toy-calc"
 
 
 _ENTRY = {
     EnvId.SWESMITH: "sandbox.envs.swesmith_env:SWESmithEnv",
     EnvId.TERMINAL: "sandbox.envs.terminal_env:TerminalEnv",
+    EnvId.DIGITS: "sandbox.envs.digits_env:DigitsEnv",
+    EnvId.CALC: "sandbox.envs.calc_env:ToyCalcEnv",
 }
 
-for _id, _entry in _ENTRY.items():
-    if _id.value not in registry:
-        skyrl_gym.register(id=_id.value, entry_point=_entry)
+
+def register() -> None:
+    """Register every env id not registered yet (importing this package already did)."""
+    for env_id, entry in _ENTRY.items():
+        if env_id.value not in registry:
+            skyrl_gym.register(id=env_id.value, entry_point=entry)
+
+
+register()

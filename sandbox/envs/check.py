@@ -8,15 +8,41 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from sandbox.envs import fixtures
+from sandbox.envs.base import ToolEnv
 from sandbox.envs.swesmith import SweInstance, load_instances
 from sandbox.envs.swesmith_env import SWESmithEnv
 from sandbox.envs.terminal import load_task
 from sandbox.envs.terminal_env import TerminalEnv
 from sandbox.executor import Executor
+
+
+def _gold_and_noop(
+    env: ToolEnv, gold: Callable[[ToolEnv], str], task: str, kind: str, key: str, t0: float
+) -> dict[str, Any]:
+    """Episode 1: `gold(env)` does the oracle's work (and returns a note for the reason), then
+    submit; episode 2: submit at once. Both rewards, and the reasons in metadata[key]."""
+    try:
+        env.init()
+        note = gold(env)
+        done = env.step("<tool>submit</tool>")
+        env.init()
+        noop = env.step("<tool>submit</tool>")
+    finally:
+        env.close()
+    return {
+        "task": task,
+        "kind": kind,
+        "gold_reward": done["reward"],
+        "noop_reward": noop["reward"],
+        "gold_reason": done["metadata"][key]["reason"] + note,
+        "noop_reason": noop["metadata"][key]["reason"],
+        "seconds": round(time.monotonic() - t0, 2),
+    }
 
 
 def check_swe(
@@ -27,51 +53,28 @@ def check_swe(
     extras["instances_path"] = inst.source.rsplit(":", 1)[0].split("[")[0]
     if repos_dir is not None:
         extras["repos_dir"] = str(repos_dir)
-    env = SWESmithEnv(extras=extras)
-    try:
-        env.init()
+
+    def gold(env: ToolEnv) -> str:
         body = json.dumps({"path": ".tsrl_gold.patch", "content": inst.patch})
         env.step(f"<tool>create\n{body}</tool>")
         env.step("<tool>bash\ngit apply -R .tsrl_gold.patch && rm .tsrl_gold.patch</tool>")
-        gold = env.step("<tool>submit</tool>")
-        env.init()
-        noop = env.step("<tool>submit</tool>")
-    finally:
-        env.close()
-    return {
-        "task": inst.instance_id,
-        "kind": "swesmith",
-        "gold_reward": gold["reward"],
-        "noop_reward": noop["reward"],
-        "gold_reason": gold["metadata"]["grade"]["reason"],
-        "noop_reason": noop["metadata"]["grade"]["reason"],
-        "seconds": round(time.monotonic() - t0, 2),
-    }
+        return ""
+
+    env = SWESmithEnv(extras=extras)
+    return _gold_and_noop(env, gold, inst.instance_id, "swesmith", "grade", t0)
 
 
 def check_terminal(path: Path, executor: Executor) -> dict[str, Any]:
     t0 = time.monotonic()
     task = load_task(path)
-    env = TerminalEnv(extras={"task": task, "executor": executor})
-    try:
-        env.init()
+
+    def gold(env: ToolEnv) -> str:
         assert env.session is not None
         sol = env.session.exec(task.solution.read_text(), timeout=task.agent_timeout)
-        gold = env.step("<tool>submit</tool>")
-        env.init()
-        noop = env.step("<tool>submit</tool>")
-    finally:
-        env.close()
-    return {
-        "task": task.name,
-        "kind": task.layout.value,
-        "gold_reward": gold["reward"],
-        "noop_reward": noop["reward"],
-        "gold_reason": gold["metadata"]["verdict"]["reason"]
-        + ("" if sol.ok else f" (solution exit {sol.exit_code})"),
-        "noop_reason": noop["metadata"]["verdict"]["reason"],
-        "seconds": round(time.monotonic() - t0, 2),
-    }
+        return "" if sol.ok else f" (solution exit {sol.exit_code})"
+
+    env = TerminalEnv(extras={"task": task, "executor": executor})
+    return _gold_and_noop(env, gold, task.name, task.layout.value, "verdict", t0)
 
 
 def check_path(

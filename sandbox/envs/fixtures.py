@@ -2,35 +2,22 @@
 
 SWE-smith fixture repositories ship as plain file trees (no nested .git in this repo); their
 mirrors with one branch per instance are built deterministically on first use into a cache
-directory keyed by the fixtures' content hash (`THUNDERSYNC_CACHE`, default
-/var/cache/thundersync when writable, else ~/.cache/thundersync).
+directory keyed by the fixtures' content hash, in the artefact cache of `tsrl.cache`.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 from pathlib import Path
 
 from sandbox.envs.swesmith import SweInstance, build_mirror, load_instances
+from tsrl.cache import cache_root, private_tmp
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 SWESMITH_DIR = FIXTURES / "swesmith"
 SWESMITH_INSTANCES = SWESMITH_DIR / "instances.jsonl"
 TERMINAL_DIR = FIXTURES / "terminal"
-
-
-def cache_dir() -> Path:
-    env = os.environ.get("THUNDERSYNC_CACHE")
-    if env:
-        base = Path(env)
-    elif os.access("/var/cache", os.W_OK):
-        base = Path("/var/cache/thundersync")
-    else:
-        base = Path.home() / ".cache" / "thundersync"
-    base.mkdir(parents=True, exist_ok=True)
-    return base
 
 
 def _tree_hash(*roots: Path) -> str:
@@ -44,25 +31,35 @@ def _tree_hash(*roots: Path) -> str:
 
 
 def fixture_mirrors() -> Path:
-    """Directory holding one git mirror per shipped fixture repository (built when missing)."""
+    """Directory holding one git mirror per shipped fixture repository (built when missing).
+
+    Safe when threads and processes race to build it: each builds in a temp dir of its own
+    beside the cache entry and renames it into place; the rename is atomic and fails when the
+    entry exists, so a loser discards its copy and uses the winner's.
+    """
     instances = load_instances(SWESMITH_INSTANCES)
     key = _tree_hash(SWESMITH_DIR / "repos", SWESMITH_INSTANCES)
-    out = cache_dir() / f"swesmith-mirrors-{key}"
+    out = cache_root() / f"swesmith-mirrors-{key}"
     if (out / ".complete").exists():
         return out
-    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    by_repo: dict[str, list[SweInstance]] = {}
-    for inst in instances:
-        by_repo.setdefault(inst.repo_name, []).append(inst)
-    for name, insts in by_repo.items():
-        build_mirror(SWESMITH_DIR / "repos" / name, insts, tmp / name)
-    (tmp / ".complete").write_text("ok\n")
+    tmp = private_tmp(out)
     try:
-        tmp.rename(out)
-    except OSError:  # another process won the race
-        shutil.rmtree(tmp, ignore_errors=True)
+        by_repo: dict[str, list[SweInstance]] = {}
+        for inst in instances:
+            by_repo.setdefault(inst.repo_name, []).append(inst)
+        for name, insts in by_repo.items():
+            build_mirror(SWESMITH_DIR / "repos" / name, insts, tmp / name)
+        (tmp / ".complete").write_text("ok\n")
+        tmp.chmod(0o755)  # mkdtemp makes it 0700; the cache entry is shared
+        try:
+            tmp.rename(out)
+        except OSError:  # another thread or process won the race
+            if not (out / ".complete").exists():
+                raise OSError(
+                    f"{out} exists but is incomplete (no .complete): remove it and retry"
+                ) from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # still there only when this one lost
     return out
 
 

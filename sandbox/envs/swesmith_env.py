@@ -1,27 +1,33 @@
-"""`SWESmithEnv`: a skyrl-gym BaseTextEnv for repository bug fixing on SWE-smith instances.
+"""`SWESmithEnv`: a skyrl-gym env (a `ToolEnv`) for repository bug fixing on SWE-smith instances.
 
 extras:
   instance       a record dict, or an instance_id looked up in `instances_path`
   instances_path JSON / JSONL of records (default: the shipped fixtures)
   repos_dir      directory of git mirrors named after the record's repo (default: fixture mirrors)
-  backend        "local" | "docker" (default local); max_turns (30); tool_timeout (60 s);
-  eval_timeout   (300 s)
+  eval_timeout   (300 s); and those of `sandbox.envs.base` (backend, max_turns 30, tool_timeout 60)
 The agent works in /testbed on the instance branch (the failing tests removed); tools and the
 action format are in `sandbox.envs.tools`. On `submit` (or at max_turns) the diff of the work
-tree is graded in a *fresh* session (see `sandbox.envs.swesmith.evaluate`): reward 1 or 0, the
-reason in metadata["grade"].
+tree is taken, the agent's session given back, and the diff graded in another session reset to
+the instance branch (see `sandbox.envs.swesmith.evaluate`): reward 1 or 0, the reason in
+metadata["grade"]. Both sessions are opened on a per-process clone of the instance branch
+(`Workspaces`), shared by every env of the instance, so the pool reuses their sessions.
 """
 
 from __future__ import annotations
 
+import atexit
+import hashlib
+import re
 import shutil
 import tempfile
+import threading
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput, ConversationType
+from skyrl_gym.envs.base_text_env import ConversationType
 
+from sandbox.envs.base import ToolEnv
 from sandbox.envs.swesmith import (
     Grade,
     RecordError,
@@ -31,16 +37,71 @@ from sandbox.envs.swesmith import (
     load_instances,
     parse_record,
 )
-from sandbox.envs.tools import TOOL_HELP, Tool, ToolCallError, parse_action, run_tool
-from sandbox.executor import Executor, Session, SessionSpec, get_executor
+from sandbox.envs.tools import TOOL_HELP
+from sandbox.executor import Session, SessionSpec
 
 MOUNT = "/testbed"
 
 
-class SWESmithEnv(BaseTextEnv):
+class Workspaces:
+    """Per-process clones of instance branches: the (read-only) workdir of the SWE sessions.
+
+    `acquire` gives the clone of (mirror, instance), made on first use and shared while any env
+    holds it; `release` drops a hold. At most `keep` clones nobody holds are kept (oldest
+    deleted first); all go at exit. Sessions copy their workdir, so a clone is never written.
+    """
+
+    def __init__(self, keep: int = 32) -> None:
+        self.keep = keep
+        self._lock = threading.Lock()
+        self._holds: dict[Path, int] = {}  # in use order: the last is the most recent
+        self._root: Path | None = None
+
+    def _path(self, mirror: Path, instance_id: str) -> Path:
+        with self._lock:
+            if self._root is None:
+                self._root = Path(tempfile.mkdtemp(prefix="tsrl-swe-"))
+                atexit.register(shutil.rmtree, self._root, True)
+            root = self._root
+        digest = hashlib.sha256(f"{mirror.resolve()}\0{instance_id}".encode()).hexdigest()[:12]
+        return root / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', instance_id)[:60]}-{digest}"
+
+    def acquire(self, mirror: Path, instance_id: str) -> Path:
+        path = self._path(mirror, instance_id)
+        with self._lock:
+            self._holds[path] = self._holds.pop(path, 0) + 1
+            ready = path.exists()
+        if ready:
+            return path
+        tmp = Path(tempfile.mkdtemp(prefix=".clone-", dir=path.parent))
+        try:
+            clone_instance(mirror, instance_id, tmp / "repo")
+            with self._lock:
+                if not path.exists():
+                    (tmp / "repo").rename(path)
+        except BaseException:
+            self.release(path)
+            raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return path
+
+    def release(self, path: Path) -> None:
+        with self._lock:
+            self._holds[path] = self._holds.get(path, 1) - 1
+            idle = [p for p, n in self._holds.items() if n <= 0]
+            for p in idle[: max(0, len(idle) - self.keep)]:
+                del self._holds[p]
+                shutil.rmtree(p, ignore_errors=True)
+
+
+WORKSPACES = Workspaces()
+
+
+class SWESmithEnv(ToolEnv):
     def __init__(self, env_config: Any = None, extras: dict[str, Any] | None = None) -> None:
-        super().__init__()
         extras = dict(extras or {})
+        super().__init__(extras)
         from sandbox.envs import fixtures
 
         self.instance = self._resolve(extras, fixtures.SWESMITH_INSTANCES)
@@ -52,14 +113,8 @@ class SWESmithEnv(BaseTextEnv):
                 f"{self.instance.source}: repo {self.instance.repo!r} has no git mirror at "
                 f"{self.mirror}; pass extras['repos_dir'] holding <repo name>/ mirrors"
             )
-        self.max_turns = int(extras.get("max_turns", 30))
-        self.tool_timeout = float(extras.get("tool_timeout", 60))
         self.eval_timeout = float(extras.get("eval_timeout", 300))
-        self.executor: Executor = extras.get("executor") or get_executor(
-            extras.get("backend", "local")
-        )
-        self._tmp: Path | None = None
-        self.session: Session | None = None
+        self._workspace: Path | None = None
         self.grade: Grade | None = None
 
     @staticmethod
@@ -75,9 +130,10 @@ class SWESmithEnv(BaseTextEnv):
             raise RecordError(f"{path}: no record with instance_id {inst!r}")
         raise RecordError("extras['instance'] must be a SWE-smith record (dict) or an instance_id")
 
-    def _workspace(self) -> Path:
-        tmp = Path(tempfile.mkdtemp(prefix="tsrl-swe-"))
-        return clone_instance(self.mirror, self.instance.instance_id, tmp / "repo")
+    def _spec(self, label: str) -> SessionSpec:
+        if self._workspace is None:
+            self._workspace = WORKSPACES.acquire(self.mirror, self.instance.instance_id)
+        return SessionSpec(workdir=self._workspace, mount_at=MOUNT, label=label)
 
     def prompt(self) -> ConversationType:
         return [
@@ -91,16 +147,12 @@ class SWESmithEnv(BaseTextEnv):
             },
         ]
 
-    def init(
-        self, prompt: ConversationType | None = None
-    ) -> tuple[ConversationType, dict[str, Any]]:
-        self.close()
-        work = self._workspace()
-        self._tmp = work.parent
-        self.session = self.executor.open(SessionSpec(workdir=work, mount_at=MOUNT, label="swe"))
-        self.turns = 0
+    def open_session(self) -> Session:
+        return self.acquire_session(self._spec("swe"))
+
+    def start(self) -> dict[str, Any]:
         self.grade = None
-        return (prompt or self.prompt()), {"instance_id": self.instance.instance_id}
+        return {"instance_id": self.instance.instance_id}
 
     def model_patch(self) -> str:
         assert self.session is not None
@@ -111,45 +163,21 @@ class SWESmithEnv(BaseTextEnv):
         return r.stdout if r.exit_code == 0 else ""
 
     def evaluate_patch(self, patch: str) -> Grade:
-        tmp = Path(tempfile.mkdtemp(prefix="tsrl-swe-eval-"))
-        try:
-            work = clone_instance(self.mirror, self.instance.instance_id, tmp / "repo")
-            s = self.executor.open(SessionSpec(workdir=work, mount_at=MOUNT, label="swe-eval"))
-            try:
-                return evaluate(s, self.instance, patch, timeout=self.eval_timeout)
-            finally:
-                s.close()
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        """Grade `patch` in a session of its own, reset to the instance branch."""
+        with self.pool.acquire(self._spec("swe-eval")) as s:
+            return evaluate(s, self.instance, patch, timeout=self.eval_timeout)
 
-    def _finish(self, note: str) -> BaseTextEnvStepOutput:
-        self.grade = self.evaluate_patch(self.model_patch())
-        meta = {"grade": asdict(self.grade), "instance_id": self.instance.instance_id, "end": note}
-        return BaseTextEnvStepOutput(
-            observations=[], reward=self.grade.reward, done=True, metadata=meta
-        )
-
-    def step(self, action: str) -> BaseTextEnvStepOutput:
-        if self.session is None:
-            raise RuntimeError("call init() before step()")
-        self.turns += 1
-        try:
-            call = parse_action(action)
-            if call.tool is Tool.SUBMIT:
-                return self._finish("submit")
-            obs = run_tool(self.session, call, self.tool_timeout)
-        except ToolCallError as e:
-            obs = f"error: {e}"
-        if self.turns >= self.max_turns:
-            return self._finish("max_turns")
-        return BaseTextEnvStepOutput(
-            observations=[{"role": "user", "content": obs}], reward=0.0, done=False, metadata={}
-        )
+    def finish(self, note: str) -> tuple[float, dict[str, Any]]:
+        patch = self.model_patch()
+        self.release_session()  # before grading: an env never holds two leases
+        self.grade = self.evaluate_patch(patch)
+        return self.grade.reward, {
+            "grade": asdict(self.grade),
+            "instance_id": self.instance.instance_id,
+        }
 
     def close(self) -> None:
-        if self.session is not None:
-            self.session.close()
-            self.session = None
-        if self._tmp is not None:
-            shutil.rmtree(self._tmp, ignore_errors=True)
-            self._tmp = None
+        super().close()
+        if self._workspace is not None:
+            WORKSPACES.release(self._workspace)
+            self._workspace = None

@@ -1,9 +1,11 @@
-"""`TerminalEnv`: a skyrl-gym BaseTextEnv for Terminal-Bench style tasks (TB1 / SETA / Harbor).
+"""`TerminalEnv`: a skyrl-gym env (a `ToolEnv`) for Terminal-Bench style tasks (TB1 / SETA / Harbor).
 
-extras: `task` (a task directory), `backend` ("local" | "docker"), `max_turns` (30),
-`tool_timeout` (60 s). The prompt is the task instruction plus the tool list; the agent acts in
-/app with the tools of `sandbox.envs.tools`; on `submit` (or max_turns) the verifier runs in the
-same session and its reward in [0, 1] ends the episode (metadata["verdict"] says why).
+extras: `task` (a task directory or a loaded `TerminalTask`), and those of `sandbox.envs.base`
+(`backend`, `max_turns` 30, `tool_timeout` 60 s). The prompt is the task instruction plus the
+tool list; the agent acts in /app with the tools of `sandbox.envs.tools`; on `submit` (or
+max_turns) the verifier runs in the same session and its reward in [0, 1] ends the episode
+(metadata["verdict"] says why). The session is the task's `session_spec()` from the pool, so
+envs of one task reuse each other's sessions (reset in between).
 """
 
 from __future__ import annotations
@@ -11,17 +13,18 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput, ConversationType
+from skyrl_gym.envs.base_text_env import ConversationType
 
+from sandbox.envs.base import ToolEnv
 from sandbox.envs.terminal import TaskError, TerminalTask, Verdict, load_task, verify
-from sandbox.envs.tools import TOOL_HELP, Tool, ToolCallError, parse_action, run_tool
-from sandbox.executor import Executor, Session, get_executor
+from sandbox.envs.tools import TOOL_HELP
+from sandbox.executor import Session
 
 
-class TerminalEnv(BaseTextEnv):
+class TerminalEnv(ToolEnv):
     def __init__(self, env_config: Any = None, extras: dict[str, Any] | None = None) -> None:
-        super().__init__()
         extras = dict(extras or {})
+        super().__init__(extras)
         if "task" not in extras:
             raise TaskError("extras['task'] must be a TB1/SETA or Harbor task directory")
         self.task: TerminalTask = (
@@ -29,12 +32,6 @@ class TerminalEnv(BaseTextEnv):
             if isinstance(extras["task"], TerminalTask)
             else load_task(extras["task"])
         )
-        self.max_turns = int(extras.get("max_turns", 30))
-        self.tool_timeout = float(extras.get("tool_timeout", 60))
-        self.executor: Executor = extras.get("executor") or get_executor(
-            extras.get("backend", "local")
-        )
-        self.session: Session | None = None
         self.verdict: Verdict | None = None
 
     def prompt(self) -> ConversationType:
@@ -47,41 +44,14 @@ class TerminalEnv(BaseTextEnv):
             {"role": "user", "content": self.task.instruction},
         ]
 
-    def init(
-        self, prompt: ConversationType | None = None
-    ) -> tuple[ConversationType, dict[str, Any]]:
-        self.close()
-        self.session = self.executor.open(self.task.session_spec())
-        self.turns = 0
-        self.verdict = None
-        return (prompt or self.prompt()), {"task": self.task.name, "layout": self.task.layout.value}
+    def open_session(self) -> Session:
+        return self.acquire_session(self.task.session_spec())
 
-    def _finish(self, note: str) -> BaseTextEnvStepOutput:
+    def start(self) -> dict[str, Any]:
+        self.verdict = None
+        return {"task": self.task.name, "layout": self.task.layout.value}
+
+    def finish(self, note: str) -> tuple[float, dict[str, Any]]:
         assert self.session is not None
         self.verdict = verify(self.session, self.task)
-        meta = {"verdict": asdict(self.verdict), "task": self.task.name, "end": note}
-        return BaseTextEnvStepOutput(
-            observations=[], reward=self.verdict.reward, done=True, metadata=meta
-        )
-
-    def step(self, action: str) -> BaseTextEnvStepOutput:
-        if self.session is None:
-            raise RuntimeError("call init() before step()")
-        self.turns += 1
-        try:
-            call = parse_action(action)
-            if call.tool is Tool.SUBMIT:
-                return self._finish("submit")
-            obs = run_tool(self.session, call, self.tool_timeout)
-        except ToolCallError as e:
-            obs = f"error: {e}"
-        if self.turns >= self.max_turns:
-            return self._finish("max_turns")
-        return BaseTextEnvStepOutput(
-            observations=[{"role": "user", "content": obs}], reward=0.0, done=False, metadata={}
-        )
-
-    def close(self) -> None:
-        if self.session is not None:
-            self.session.close()
-            self.session = None
+        return self.verdict.reward, {"verdict": asdict(self.verdict), "task": self.task.name}

@@ -12,6 +12,8 @@ import subprocess
 from pathlib import Path
 from typing import Protocol
 
+from tsrl.rundir import RunFiles
+
 # Variables that may carry secrets of the service: drivers never see them.
 SECRET_ENV = ("TSRL_ADMIN_TOKEN", "TSRL_DATABASE_URL")
 
@@ -117,7 +119,7 @@ class EmbeddedBackend:
 
     def start(self, run_id: str, config_path: Path, run_dir: Path) -> Handle:
         cmd = [*self.driver_command, str(config_path), "--run-dir", str(run_dir)]
-        out = (run_dir / "output.log").open("ab")
+        out = RunFiles(run_dir).output_log.open("ab")
         try:
             proc = subprocess.Popen(
                 cmd,

@@ -16,6 +16,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.models import Run, SpanRow, UpdateRow
+from tsrl.rundir import RunFiles
 
 log = logging.getLogger("tsrl.service.ingest")
 
@@ -107,10 +108,10 @@ def _span_row(run: Run, rec: dict[str, Any]) -> SpanRow | None:
 
 def ingest_run(session: Session, run: Run) -> bool:
     """Ingest what is new in the run directory; True when anything was read."""
-    run_dir = Path(run.run_dir)
+    files = RunFiles(run.run_dir)
     progressed = False
     while True:
-        records, new_offset = read_complete_lines(run_dir / "metrics.jsonl", run.metrics_offset)
+        records, new_offset = read_complete_lines(files.metrics, run.metrics_offset)
         if new_offset == run.metrics_offset:
             break
         seen = set(
@@ -124,7 +125,7 @@ def ingest_run(session: Session, run: Run) -> bool:
         run.metrics_offset = new_offset
         progressed = True
     while True:
-        records, new_offset = read_complete_lines(run_dir / "spans.jsonl", run.spans_offset)
+        records, new_offset = read_complete_lines(files.spans, run.spans_offset)
         if new_offset == run.spans_offset:
             break
         rows = [r for r in (_span_row(run, rec) for rec in records) if r is not None]

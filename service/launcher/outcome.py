@@ -2,28 +2,18 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-FINAL = ("succeeded", "failed", "cancelled")
+from tsrl.rundir import RunFiles, RunStatus
+
 EXIT_CANCELLED = 3
 # frames drawn around CLI errors (typer / rich): not part of the message
 BOX_CHARS = " \t│┃╭╮╰╯─━|"
 
 
-def read_status_file(run_dir: Path) -> tuple[str, str] | None:
-    try:
-        data = json.loads((run_dir / "status.json").read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict) or data.get("status") not in FINAL:
-        return None
-    return str(data["status"]), str(data.get("reason") or "")
-
-
 def last_output_line(run_dir: Path, limit: int = 300) -> str:
     try:
-        with (run_dir / "output.log").open("rb") as f:
+        with RunFiles(run_dir).output_log.open("rb") as f:
             f.seek(0, 2)
             f.seek(max(0, f.tell() - 8192))
             text = f.read().decode("utf-8", "replace")
@@ -43,27 +33,27 @@ def decide_outcome(
     forced_after_cancel: bool = False,
     service_shutdown: bool = False,
     note: str = "",
-) -> tuple[str, str]:
+) -> tuple[RunStatus, str]:
     """(status, reason). status.json wins; then the exit code (0 ok, 3 cancelled at a barrier)."""
-    written = read_status_file(run_dir)
+    written = RunFiles(run_dir).read_status()
     if written is not None:
         status, reason = written
         return status, reason or f"driver reported {status}"
     if forced_after_cancel:
         return (
-            "cancelled",
+            RunStatus.CANCELLED,
             "driver did not stop at a barrier after the cancel request; it was killed",
         )
     if service_shutdown and exit_code != 0:
-        return "cancelled", "stopped because the service shut down; submit the run again"
+        return RunStatus.CANCELLED, "stopped because the service shut down; submit the run again"
     tail = last_output_line(run_dir)
     hint = f"; last output: {tail}" if tail else "; see the run's logs"
     if exit_code == 0:
-        return "succeeded", "driver exited 0"
+        return RunStatus.SUCCEEDED, "driver exited 0"
     if exit_code == EXIT_CANCELLED:
-        return "cancelled", "driver stopped at a barrier after the cancel request (exit 3)"
+        return RunStatus.CANCELLED, "driver stopped at a barrier after the cancel request (exit 3)"
     if exit_code is None:
-        return "failed", (note or "the driver is gone and left no status.json") + hint
+        return RunStatus.FAILED, (note or "the driver is gone and left no status.json") + hint
     if exit_code < 0:
-        return "failed", f"driver killed by signal {-exit_code}{note}{hint}"
-    return "failed", f"driver exited with code {exit_code}{note}{hint}"
+        return RunStatus.FAILED, f"driver killed by signal {-exit_code}{note}{hint}"
+    return RunStatus.FAILED, f"driver exited with code {exit_code}{note}{hint}"

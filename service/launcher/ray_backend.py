@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from service.launcher.backends import Handle
+from tsrl.rundir import RunFiles
 
 LOG_COPY_EVERY_S = 5.0
 _EXIT = {"SUCCEEDED": 0, "FAILED": 1, "STOPPED": -15}
@@ -33,7 +34,7 @@ class RayJobHandle:
             logs = self.client.get_job_logs(self.job_id)
         except Exception:  # the job server may be briefly unreachable; logs are best effort
             return
-        (self.run_dir / "output.log").write_text(logs)
+        RunFiles(self.run_dir).output_log.write_text(logs)
 
     def poll(self) -> int | None:
         status = str(self.client.get_job_status(self.job_id)).rsplit(".", 1)[-1]

@@ -26,6 +26,7 @@ from service.launcher.ingest import ingest_run
 from service.launcher.outcome import decide_outcome
 from service.models import Run
 from service.settings import Settings
+from tsrl.rundir import RunFiles, RunStatus
 
 log = logging.getLogger("tsrl.service.launcher")
 
@@ -77,7 +78,7 @@ class Launcher:
                 with session_scope(self.factory) as session:
                     run = session.get(Run, run_id)
                     if run is not None:
-                        (Path(run.run_dir) / "CANCEL").touch()
+                        RunFiles(run.run_dir).request_cancel()
                 terminate = getattr(handle, "terminate", None)
                 if terminate is not None:
                     terminate()
@@ -107,7 +108,7 @@ class Launcher:
             with session_scope(self.factory) as session:
                 active = session.scalars(
                     select(Run).where(
-                        Run.status.in_(("starting", "running")),
+                        Run.status.in_((RunStatus.STARTING, RunStatus.RUNNING)),
                         Run.backend == self.backend.name,
                     )
                 ).all()
@@ -129,11 +130,10 @@ class Launcher:
                 return
             log.info("adopted run %s (pid %s)", run.id, run.pid)
             self.handles[run.id] = handle
-        run_dir = Path(run.run_dir)
+        files = RunFiles(run.run_dir)
         if run.cancel_requested_at is not None:
-            cancel_file = run_dir / "CANCEL"
-            if not cancel_file.exists():
-                cancel_file.touch()
+            if not files.cancel_requested:
+                files.request_cancel()
             waited = (utcnow() - run.cancel_requested_at).total_seconds()
             if waited > self.settings.cancel_grace_s and handle.poll() is None:
                 handle.kill()
@@ -144,8 +144,8 @@ class Launcher:
         if code is not None:
             self._finalize(session, run, handle)
             return
-        if run.status == "starting" and _driver_started(run_dir):
-            run.status = "running"
+        if run.status == RunStatus.STARTING and files.has_driver_output():
+            run.status = RunStatus.RUNNING
             run.reason = "driver running"
 
     def _finalize(
@@ -186,7 +186,7 @@ class Launcher:
         with session_scope(self.factory) as session:
             queued = session.scalars(
                 select(Run)
-                .where(Run.status == "queued", Run.backend == self.backend.name)
+                .where(Run.status == RunStatus.QUEUED, Run.backend == self.backend.name)
                 .order_by(Run.created_at, Run.id)
                 .limit(free)
             ).all()
@@ -197,19 +197,18 @@ class Launcher:
     def _start_one(self, run_id: uuid.UUID) -> None:
         with session_scope(self.factory) as session:
             run = session.get(Run, run_id)
-            if run is None or run.status != "queued":
+            if run is None or run.status != RunStatus.QUEUED:
                 return
-            run.status = "starting"
+            run.status = RunStatus.STARTING
             run.reason = "starting the driver"
             run.started_at = utcnow()
-            run_dir = Path(run.run_dir)
-            run_dir.mkdir(parents=True, exist_ok=True)
-            config_path = run_dir / "config.json"
-            config_path.write_text(json.dumps(run.config, indent=2))
+            files = RunFiles(run.run_dir)
+            files.root.mkdir(parents=True, exist_ok=True)
+            files.config.write_text(json.dumps(run.config, indent=2))
             try:
-                handle = self.backend.start(str(run.id), config_path, run_dir)
+                handle = self.backend.start(str(run.id), files.config, files.root)
             except Exception as err:
-                run.status = "failed"
+                run.status = RunStatus.FAILED
                 run.reason = f"could not start the driver ({self.backend.name}): {err}"
                 run.finished_at = utcnow()
                 log.warning("run %s: %s", run.id, run.reason)
@@ -217,11 +216,3 @@ class Launcher:
             run.pid, run.job_id = handle.describe()
             self.handles[run.id] = handle
             log.info("started run %s (%s, pid %s)", run.id, self.backend.name, run.pid)
-
-
-def _driver_started(run_dir: Path) -> bool:
-    for name in ("metrics.jsonl", "spans.jsonl", "log.txt", "status.json", "output.log"):
-        p = run_dir / name
-        if p.exists() and p.stat().st_size > 0:
-            return True
-    return False

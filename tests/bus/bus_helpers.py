@@ -18,6 +18,7 @@ def source(i: int, run_id: str = "run", source_id: str | None = None) -> SourceR
         policy_version=0,
         group_id=f"g{i // 4}",
         traj_id=f"t{i}",
+        index=i % 4,
         token_ids=[1, 2, 3, i],
         action_mask=[0, 0, 1, 1],
         prompt_len=2,

@@ -5,10 +5,12 @@ from bus_helpers import source
 from pydantic import ValidationError
 
 from bus.events import (
+    BarrierStats,
     BatchClosed,
     Event,
     GroupClosed,
     GroupRegistered,
+    LearnerReady,
     PolicyPublished,
     ReplicaAcked,
     Role,
@@ -35,14 +37,34 @@ def test_every_event_type_round_trips_through_json() -> None:
             turn=2,
             token_ids=[5, 6],
             action_mask=[0, 1],
-            prompt_len=1,
+            offset=7,
             teacher_logprobs=[0.0, -0.5],
         ),
+        LearnerReady(run_id="r", rank=1, version=0),
         GroupRegistered(run_id="r", update=0, group_id="g", size=4),
         GroupClosed(run_id="r", update=0, group_id="g", sources=4),
         BatchClosed(run_id="r", update=0, groups=2, sources=8),
         PolicyPublished(run_id="r", version=1, uri="file:///w"),
         ReplicaAcked(run_id="r", replica_id="rep0", version=1),
+        BarrierStats(
+            run_id="r",
+            update=0,
+            version=1,
+            start=1.0,
+            end=2.0,
+            busy_s=0.5,
+            reduce_s=0.1,
+            step_s=0.1,
+            publish_s=0.1,
+            tokens=10,
+            work_items=2,
+            grad_norm=0.3,
+            ready_to_recv_p99_ms=1.0,
+            bus_p99_ms=0.2,
+            peak_rss_mb=100.0,
+            n_params=5,
+            max_staleness=0,
+        ),
         Span(
             run_id="r", update=0, role=Role.LEARNER, kind="backward", start=1.0, end=2.0, ready=0.5
         ),
@@ -94,6 +116,7 @@ def test_barrier_events_share_the_learner_topic_so_they_cannot_overtake_sources(
     )
     assert default_topic(BatchClosed(run_id="r", update=0, groups=1, sources=1)) == Topic.LEARNER
     assert default_topic(PolicyPublished(run_id="r", version=1)) == Topic.CONTROL
+    assert default_topic(LearnerReady(run_id="r", rank=0, version=0)) == Topic.SPANS
 
 
 def test_span_serialises_to_the_spans_jsonl_contract() -> None:

@@ -2,8 +2,9 @@ from __future__ import annotations
 
 import pytest
 
+from bus.factory import make_bus
 from bus.inproc import InProcessBus
-from bus.protocol import Bus, BusError, make_bus
+from bus.protocol import Bus, BusError
 from bus.redis_streams import RedisStreamsBus
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import torch
 
+from driver.faults import FaultPlan
 from driver.replay import replay_gap
 from driver.run import RunDriver
 from tsrl.config import load_run_config
@@ -26,7 +27,10 @@ def test_killed_teacher_server_is_restarted_and_the_update_still_equals_sync(
             "learner.accum_dtype": "float64",
         },
     )
-    assert RunDriver(cfg, tmp_path, log_batches=True, kill_teacher_after=2).run() == 0
+    assert (
+        RunDriver(cfg, tmp_path, log_batches=True, faults=FaultPlan(kill_teacher_after=2)).run()
+        == 0
+    )
     assert "teacher server killed" in (tmp_path / "log.txt").read_text()
     metrics = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [m["update"] for m in metrics] == [0, 1]
@@ -34,16 +38,22 @@ def test_killed_teacher_server_is_restarted_and_the_update_still_equals_sync(
     from tsrl.models import load_model
 
     teacher = load_model(tmp_path / "teacher")
+    lines = (tmp_path / "batches" / "u00001-r0.jsonl").read_text().splitlines()
+    turns = sorted((json.loads(x) for x in lines), key=lambda e: (e["traj_id"], e["turn"]))
+    context: dict[str, list[int]] = {}  # each trajectory rebuilt from its turns' segments
     worst = 0.0
-    for line in (tmp_path / "batches" / "u00001-r0.jsonl").read_text().splitlines():
-        ev = json.loads(line)
-        ids = torch.tensor([ev["token_ids"]])
+    for ev in turns:
+        ctx = context.setdefault(ev["traj_id"], [])
+        assert ev["offset"] == len(ctx)  # a turn carries only what follows the previous one
+        ctx += ev["token_ids"]
+        ids = torch.tensor([ctx])
         with torch.no_grad():
             lp = torch.log_softmax(teacher(input_ids=ids).logits[0, :-1].float(), -1)
         ref = lp.gather(-1, ids[0, 1:].view(-1, 1))[:, 0]
         for t, (m, got) in enumerate(zip(ev["action_mask"], ev["teacher_logprobs"], strict=True)):
-            if m and t >= 1:
-                worst = max(worst, abs(got - float(ref[t - 1])))
+            pos = ev["offset"] + t
+            if m and pos >= 1:
+                worst = max(worst, abs(got - float(ref[pos - 1])))
     assert worst <= 5e-3
     gaps = replay_gap(tmp_path, cfg, tmp_path / "model")
     assert max(gaps) <= 1e-6

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 import torch
 
-from driver.learner_proc import weights_dir
+from driver.faults import FaultPlan
 from driver.replay import replay_gap
 from driver.run import EXIT_CANCELLED, RunDriver, RunFailed
 from rollout.checkpoint import load_state_dict
 from tsrl.config import RunConfig, load_run_config
+from tsrl.rundir import RunFiles
 
 
 def _metrics(run_dir: Path) -> list[dict]:
@@ -21,7 +21,7 @@ def _metrics(run_dir: Path) -> list[dict]:
 
 
 def _weights(run_dir: Path, version: int) -> dict[str, torch.Tensor]:
-    return load_state_dict(weights_dir(run_dir, version))
+    return load_state_dict(RunFiles(run_dir).weights(version))
 
 
 def _applied(run_dir: Path) -> list[tuple]:
@@ -91,7 +91,9 @@ def test_killed_rollout_worker_reruns_and_nothing_partial_reaches_learner(
     from driver.tasks import plan_update, task_pool
 
     victim = plan_update(cfg, task_pool(cfg), 1)[1].traj_id
-    assert RunDriver(cfg, faulty, fail_first=[victim], log_batches=True).run() == 0
+    assert (
+        RunDriver(cfg, faulty, log_batches=True, faults=FaultPlan(crash_once={victim})).run() == 0
+    )
     assert "rerun #1" in (faulty / "log.txt").read_text()
     # the rerun under theta_k reproduced the trajectory, and the learner applied exactly the
     # clean run's sources: none of the killed attempt's turns reached the update
@@ -105,12 +107,8 @@ def test_killed_learner_resumes_from_checkpoint_with_identical_parameters(tmp_pa
     cfg = _small("grpo-toy", updates=3, checkpoint_every=1)
     clean, crashed = tmp_path / "clean", tmp_path / "crashed"
     assert RunDriver(cfg, clean, log_batches=True).run() == 0
-    os.environ["TSRL_FAULT_KILL_LEARNER_AT_UPDATE"] = "2"
-    try:
-        with pytest.raises(RunFailed, match="learner process died"):
-            RunDriver(cfg, crashed, log_batches=True).run()
-    finally:
-        del os.environ["TSRL_FAULT_KILL_LEARNER_AT_UPDATE"]
+    with pytest.raises(RunFailed, match="learner process died"):
+        RunDriver(cfg, crashed, log_batches=True, faults=FaultPlan(kill_learner_at_update=2)).run()
     assert json.loads((crashed / "status.json").read_text())["status"] == "failed"
     ckpt = torch.load(crashed / "checkpoints" / "learner-rank0.pt", weights_only=False)
     assert ckpt["version"] == 2
@@ -144,7 +142,12 @@ def test_cancel_stops_the_run_at_a_barrier(tmp_path: Path) -> None:
 def test_a_source_delivered_twice_is_applied_once(tmp_path: Path) -> None:
     cfg = _small("opd-toy")
     assert RunDriver(cfg, tmp_path / "clean", log_batches=True).run() == 0
-    assert RunDriver(cfg, tmp_path / "dup", log_batches=True, duplicate_sources=True).run() == 0
+    assert (
+        RunDriver(
+            cfg, tmp_path / "dup", log_batches=True, faults=FaultPlan(duplicate_sources=True)
+        ).run()
+        == 0
+    )
     assert _applied(tmp_path / "dup") == _applied(tmp_path / "clean")
     _equal_to_sync(tmp_path / "dup", cfg)
 

@@ -98,7 +98,7 @@ def test_opd_normalisation_by_n_k_is_deferred_to_the_barrier(
 ) -> None:
     learner = Learner(load_model(tiny_model_dir), _cfg("opd"))
     stats = replay_update(learner, opd_batch, Schedule.STREAM)
-    engine = learner.last_engine  # type: ignore[attr-defined]
+    engine = learner.last_engine
     n_k = (
         sum(sum(it.action_mask[1:]) for _, it in opd_batch.events if hasattr(it, "action_mask")) + 0
     )
@@ -114,7 +114,7 @@ def test_prompt_is_backpropagated_exactly_once_per_group(
 ) -> None:
     learner = Learner(load_model(tiny_model_dir), _cfg())
     replay_update(learner, grpo_batch, Schedule.STREAM)
-    c = learner.last_engine.counters  # type: ignore[attr-defined]
+    c = learner.last_engine.counters
     groups = len(grpo_batch.groups)
     assert c["prompt_forwards"] == groups and c["prompt_backwards"] == groups
     assert c["continuation_forwards"] == sum(g.size for g in grpo_batch.groups)
@@ -125,7 +125,7 @@ def test_earlier_opd_turns_are_not_rerun_per_turn(
 ) -> None:
     learner = Learner(load_model(tiny_model_dir), _cfg("opd"))
     replay_update(learner, opd_batch, Schedule.STREAM)
-    c = learner.last_engine.counters  # type: ignore[attr-defined]
+    c = learner.last_engine.counters
     turns = sum(1 for _, it in opd_batch.events if hasattr(it, "teacher_logprobs"))
     assert c["turn_forwards"] == turns  # one forward per turn, none repeated
     tokens = sum(len(it.token_ids) for _, it in opd_batch.events if hasattr(it, "token_ids"))
@@ -138,7 +138,7 @@ def test_admission_cap_bounds_open_groups_and_late_rewards_bind(
 ) -> None:
     learner = Learner(load_model(tiny_model_dir), _cfg(max_open_groups=1))
     stats = replay_update(learner, grpo_batch, Schedule.STREAM)
-    engine = learner.last_engine  # type: ignore[attr-defined]
+    engine = learner.last_engine
     assert engine.peak_open == 1
     assert engine.counters["held_peak"] >= 1  # content arrived before its reward: held, then bound
     ref = _reference_grad(tiny_model_dir, grpo_batch)

@@ -11,9 +11,9 @@ import pytest
 from rollout.agent_loop import AgentLoop, AgentLoopConfig, RolloutTask
 from rollout.chat import TokenizerChatFormat, truncate_head_tail
 from rollout.hf_engine import HFEngine
-from rollout.toy_env import ToyCalcEnv
 from rollout.trajectory import Trajectory, Turn, from_generator_output, to_generator_output
 from rollout.types import SamplingParams
+from sandbox.envs.calc_env import ToyCalcEnv
 from tsrl.models import load_tokenizer
 
 PROMPT = [{"role": "user", "content": "What is 2+3?"}]

@@ -1,6 +1,7 @@
 """A stand-in run driver for the launcher's own tests: honours the run-directory contract of
 docs/CONTRACTS.md (metrics.jsonl, spans.jsonl, log.txt, status.json, CANCEL -> exit 3) without
-training anything. The acceptance test uses the real `tsrl train`.
+training anything, through the driver's own writer (`tsrl.rundir.RunDirWriter`). The acceptance
+test uses the real `tsrl train`.
 
 Behaviour from the config's `name`: "fail..." exits 1 without status.json; "slow..." sleeps 0.2 s
 per update (cancel tests); "crash-after-status" writes status.json "failed" then exits 7; anything
@@ -14,6 +15,8 @@ import sys
 import time
 from pathlib import Path
 
+from tsrl.rundir import RunDirWriter, RunStatus
+
 
 def main() -> int:
     config = json.loads(Path(sys.argv[1]).read_text())
@@ -24,14 +27,21 @@ def main() -> int:
     if name.startswith("fail"):
         print("boom: the stand-in driver failed on purpose", file=sys.stderr, flush=True)
         return 1
-    metrics = (run_dir / "metrics.jsonl").open("a")
-    spans = (run_dir / "spans.jsonl").open("a")
+    rd = RunDirWriter(run_dir)
+    try:
+        return _run(rd, config, name, updates)
+    finally:
+        rd.close()
+
+
+def _run(rd: RunDirWriter, config: dict[str, object], name: str, updates: int) -> int:
     for k in range(updates):
         t = time.time()
         if name.startswith("slow"):
             time.sleep(0.2)
+        spans: list[dict[str, object]] = []
         for i, role in enumerate(("rollout", "tool", "teacher", "learner", "barrier")):
-            span = {
+            span: dict[str, object] = {
                 "type": "span",
                 "update": k,
                 "role": role,
@@ -42,43 +52,32 @@ def main() -> int:
             }
             if role == "learner":
                 span["ready"] = t
-            spans.write(json.dumps(span) + "\n")
-        spans.flush()
-        metrics.write(
-            json.dumps(
-                {
-                    "type": "update",
-                    "update": k,
-                    "schedule": config.get("schedule", "stream"),
-                    "time": time.time(),
-                    "step_s": 0.05 + 0.01 * k,
-                    "R": 0.02,
-                    "L": 0.03,
-                    "P": 0.01,
-                    "idle_share": 0.25,
-                    "mfu": 0.01,
-                    "reward_mean": 0.1 * k,
-                    "tokens": 64,
-                }
-            )
-            + "\n"
+            spans.append(span)
+        rd.write_spans(spans)
+        rd.write_update(
+            {
+                "update": k,
+                "schedule": config.get("schedule", "stream"),
+                "time": time.time(),
+                "step_s": 0.05 + 0.01 * k,
+                "R": 0.02,
+                "L": 0.03,
+                "P": 0.01,
+                "idle_share": 0.25,
+                "mfu": 0.01,
+                "reward_mean": 0.1 * k,
+                "tokens": 64,
+            }
         )
-        metrics.flush()
-        (run_dir / "log.txt").open("a").write(f"update {k} done\n")
+        rd.write_log(f"update {k} done")
         print(f"update {k} done", flush=True)
-        if (run_dir / "CANCEL").exists():
-            (run_dir / "status.json").write_text(
-                json.dumps({"status": "cancelled", "reason": f"cancelled after update {k}"})
-            )
+        if rd.cancel_requested:
+            rd.write_status(RunStatus.CANCELLED, f"cancelled after update {k}")
             return 3
     if name.startswith("crash-after-status"):
-        (run_dir / "status.json").write_text(
-            json.dumps({"status": "failed", "reason": "NaN loss at update 0"})
-        )
+        rd.write_status(RunStatus.FAILED, "NaN loss at update 0")
         return 7
-    (run_dir / "status.json").write_text(
-        json.dumps({"status": "succeeded", "reason": f"{updates} updates"})
-    )
+    rd.write_status(RunStatus.SUCCEEDED, f"{updates} updates")
     return 0
 
 

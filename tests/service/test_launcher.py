@@ -22,6 +22,7 @@ from service.main import create_app
 from service.models import Run, Token
 from service.security import hash_token
 from service.settings import Settings
+from tsrl.rundir import RunStatus
 
 Headers = Callable[[str], dict[str, str]]
 
@@ -104,7 +105,7 @@ def test_driver_never_sees_service_secrets(
     assert ADMIN_TOKEN not in out and "TSRL_ADMIN_TOKEN" not in out
 
 
-def _seed_active_run(settings: Settings, run_dir: Path, status: str, pid: int | None) -> str:
+def _seed_active_run(settings: Settings, run_dir: Path, status: RunStatus, pid: int | None) -> str:
     """A run row as a crashed service would have left it."""
     engine = create_engine(settings.db_url)
     upgrade_to_head(engine)
@@ -137,7 +138,7 @@ def test_restart_fails_a_run_whose_driver_is_gone(database_url: str, tmp_path: P
     run_dir = tmp_path / "orphan"
     run_dir.mkdir()
     (run_dir / "metrics.jsonl").write_text(json.dumps({"type": "update", "update": 0}) + "\n")
-    run_id = _seed_active_run(settings, run_dir, "running", pid=None)
+    run_id = _seed_active_run(settings, run_dir, RunStatus.RUNNING, pid=None)
     with TestClient(create_app(settings)) as c:
         got = c.get(f"/api/v1/runs/{run_id}", headers=bearer(ADMIN_TOKEN)).json()
     assert got["status"] == "failed" and "service restarted" in got["reason"]
@@ -151,7 +152,7 @@ def test_restart_takes_the_outcome_from_status_json(database_url: str, tmp_path:
     lines = [json.dumps({"type": "update", "update": k, "step_s": 1.0}) for k in range(2)]
     (run_dir / "metrics.jsonl").write_text("\n".join(lines) + "\n")
     (run_dir / "status.json").write_text('{"status": "succeeded", "reason": "2 updates"}')
-    run_id = _seed_active_run(settings, run_dir, "starting", pid=None)
+    run_id = _seed_active_run(settings, run_dir, RunStatus.STARTING, pid=None)
     with TestClient(create_app(settings)) as c:
         h = bearer(ADMIN_TOKEN)
         got = c.get(f"/api/v1/runs/{run_id}", headers=h).json()
@@ -172,7 +173,7 @@ def test_restart_adopts_a_live_driver_and_ingests_exactly_once(
         start_new_session=True,
     )
     try:
-        run_id = _seed_active_run(settings, run_dir, "running", pid=proc.pid)
+        run_id = _seed_active_run(settings, run_dir, RunStatus.RUNNING, pid=proc.pid)
         with TestClient(create_app(settings)) as c:
             h = bearer(ADMIN_TOKEN)
             mid = wait_for(

@@ -49,7 +49,7 @@ def test_run_from_recipe_succeeds_with_updates_and_spans(
     logs = client.get(f"/api/v1/runs/{run['id']}/logs", headers=h).json()
     assert "update 2 done" in logs["text"] and logs["next_offset"] == logs["size"]
     driver_log = client.get(f"/api/v1/runs/{run['id']}/logs?source=log", headers=h).json()
-    assert driver_log["text"].startswith("update 0 done")
+    assert driver_log["text"].splitlines()[0].endswith(" update 0 done")  # "HH:MM:SS msg" lines
 
 
 def test_run_from_full_config_stores_resolved_config(

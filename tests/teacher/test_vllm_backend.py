@@ -12,10 +12,10 @@ from rollout.agent_loop import AgentLoop, AgentLoopConfig, RolloutTask
 from rollout.chat import TokenizerChatFormat
 from rollout.gate import StaleRequestError
 from rollout.publisher import WeightPublisher
-from rollout.toy_env import ToyCalcEnv
 from rollout.types import SamplingParams
 from rollout.vllm_engine import VLLMEngine
 from rollout.vllm_server import VLLMServer, VLLMServerConfig
+from sandbox.envs.calc_env import ToyCalcEnv
 from teacher.check import GOAL, check_requests, learner_step
 from teacher.scorer import HFScorer, ScoreRequest, VLLMScorer
 from tsrl.models import build_tiny_model, load_model, load_tokenizer

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Annotated, Any
 
 import anyio
@@ -22,8 +21,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from service import crud
 from service.api.deps import OwnedRun
 from service.api.routes.runs import read_log_chunk
-from service.models import FINAL_STATUSES, Run
+from service.models import Run
 from service.schemas import SpanPublic, UpdatePublic
+from tsrl.rundir import FINAL_STATUSES, RunFiles
 
 router = APIRouter(prefix="/runs", tags=["events"])
 
@@ -57,7 +57,7 @@ def _snapshot(
             limit=SPANS_PER_EVENT,
         )
         t0 = crud.timeline_origin(session=session, run_id=run_id) if spans else None
-        log = read_log_chunk(Path(run.run_dir) / "output.log", log_at, 65536)
+        log = read_log_chunk(RunFiles(run.run_dir).output_log, log_at, 65536)
         return (
             public,
             [UpdatePublic.model_validate(u).model_dump(mode="json") for u in updates],

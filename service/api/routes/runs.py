@@ -18,7 +18,6 @@ from service.api.deps import (
     Skip,
     TextFilter,
 )
-from service.models import ACTIVE_STATUSES, FINAL_STATUSES
 from service.schemas import (
     ErrorDetail,
     LogChunk,
@@ -26,10 +25,10 @@ from service.schemas import (
     RunCreate,
     RunDetail,
     RunsPublic,
-    RunStatus,
     Speedup,
 )
 from tsrl.config import ConfigError, load_run_config
+from tsrl.rundir import ACTIVE_STATUSES, FINAL_STATUSES, RunFiles, RunStatus
 
 router = APIRouter(prefix="/runs", tags=["runs"])
 
@@ -161,8 +160,8 @@ def read_logs(
         Query(description="output: the driver's captured stdout/stderr; log: DIR/log.txt"),
     ] = "output",
 ) -> LogChunk:
-    path = Path(run.run_dir) / ("output.log" if source == "output" else "log.txt")
-    return read_log_chunk(path, offset, limit)
+    files = RunFiles(run.run_dir)
+    return read_log_chunk(files.output_log if source == "output" else files.log, offset, limit)
 
 
 def read_log_chunk(path: Path, offset: int, limit: int) -> LogChunk:

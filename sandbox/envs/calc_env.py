@@ -1,10 +1,12 @@
-"""A tiny self-contained skyrl-gym environment: arithmetic with a calculator tool.
+"""`ToyCalcEnv` (`tsrl-toy-calc`): arithmetic with a calculator tool, no sandbox needed.
 
 It exists so the agent loop, `tsrl eval` and the tests run without a sandbox. Tool-call format
 (the same shape the sandbox envs use): one `<tool>NAME ARGS</tool>` block per action.
   <tool>calc 2*(3+4)</tool>   -> observation with the value (digits and + - * / ( ) only)
   <tool>submit 14</tool>      -> done; reward 1.0 if the answer equals `extras["answer"]`
 Anything else is a malformed call: an error observation, `metadata["malformed_tool_call"] = True`.
+At `max_turns` (extras, default 4) the last observation ends the episode with reward 0. It uses
+the step outputs of `sandbox.envs.base.SessionEnv` (and never leases a session).
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ import operator
 import re
 from typing import Any
 
-from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
+from skyrl_gym.envs.base_text_env import BaseTextEnvStepOutput
 
-ENV_ID = "tsrl-toy-calc"
+from sandbox.envs.base import SessionEnv
+
 _CALL = re.compile(r"<tool>\s*(\w+)\s*(.*?)\s*</tool>", re.S)
 _OPS: dict[type, Any] = {
     ast.Add: operator.add,
@@ -49,10 +52,10 @@ def _fmt(x: float) -> str:
     return str(int(x)) if x == int(x) else f"{x:.6g}"
 
 
-class ToyCalcEnv(BaseTextEnv):
+class ToyCalcEnv(SessionEnv):
     def __init__(self, env_config: Any = None, extras: dict[str, Any] | None = None) -> None:
-        super().__init__()
         extras = extras or {}
+        super().__init__(extras)
         self.answer = str(extras.get("answer", ""))
         self.max_turns = int(extras.get("max_turns", 4))
 
@@ -61,7 +64,7 @@ class ToyCalcEnv(BaseTextEnv):
         m = _CALL.search(action)
         out_of_turns = self.turns >= self.max_turns
         if m is None:
-            return self._obs(
+            return self.observe(
                 "error: no tool call; use <tool>calc EXPR</tool> or <tool>submit ANSWER</tool>",
                 done=out_of_turns,
                 malformed=True,
@@ -69,27 +72,10 @@ class ToyCalcEnv(BaseTextEnv):
         name, arg = m.group(1), m.group(2)
         if name == "submit":
             ok = arg.strip() == self.answer
-            return BaseTextEnvStepOutput(
-                observations=[], reward=1.0 if ok else 0.0, done=True, metadata={"correct": ok}
-            )
+            return self.done(1.0 if ok else 0.0, {"correct": ok})
         if name == "calc":
             try:
-                return self._obs(_fmt(safe_eval(arg)), done=out_of_turns)
+                return self.observe(_fmt(safe_eval(arg)), done=out_of_turns)
             except ValueError as e:
-                return self._obs(f"error: {e}", done=out_of_turns)
-        return self._obs(f"error: unknown tool {name!r}", done=out_of_turns, malformed=True)
-
-    def _obs(self, text: str, *, done: bool, malformed: bool = False) -> BaseTextEnvStepOutput:
-        return BaseTextEnvStepOutput(
-            observations=[{"role": "user", "content": text}],
-            reward=0.0,
-            done=done,
-            metadata={"malformed_tool_call": malformed},
-        )
-
-
-def register() -> None:
-    import skyrl_gym
-
-    if ENV_ID not in skyrl_gym.registry:
-        skyrl_gym.register(id=ENV_ID, entry_point="rollout.toy_env:ToyCalcEnv")
+                return self.observe(f"error: {e}", done=out_of_turns)
+        return self.observe(f"error: unknown tool {name!r}", done=out_of_turns, malformed=True)

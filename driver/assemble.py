@@ -1,0 +1,153 @@
+"""A run's parts, built from its config: models, teacher, rollout engine, chat format, loop config.
+
+Which model: `model.path`, or a tiny model built into the run directory (OPD: a tiny teacher too,
+or SmolLM2-135M whose tokenizer the tiny student then shares). Which teacher: in-process HF
+(embedded default), a Ray actor (with `--ray`), or a supervised vLLM server. Which engine: the
+in-process HF engine, or one in a Ray actor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rollout.agent_loop import AgentLoopConfig
+from rollout.chat import TokenizerChatFormat
+from rollout.types import SamplingParams
+from tsrl.config import Objective, RunConfig
+from tsrl.rundir import RunFiles
+
+
+class ConfigUnsupported(ValueError):
+    """A config value this build cannot run (named with the fix)."""
+
+
+def build_models(cfg: RunConfig, files: RunFiles) -> tuple[Path, Path | None]:
+    """(the student's directory, the teacher's or None), built into the run dir when needed."""
+    from tsrl.models import build_tiny_model, load_tokenizer
+
+    m = cfg.model
+    student = Path(m.path) if m.path else files.model
+
+    def tiny(out: Path, seed: int, **kw: Any) -> None:
+        if not (out / "config.json").exists():
+            build_tiny_model(out, seed=seed, layers=m.tiny_layers, **kw)
+
+    if cfg.objective is Objective.OPD and cfg.teacher.model == "smollm2":
+        # the real 135M teacher; the tiny student shares its tokenizer (OPD needs one vocabulary)
+        from tsrl.smollm2 import build_smollm2
+
+        if not (files.teacher / "config.json").exists():
+            build_smollm2(files.teacher)
+        marker = files.model / ".from-teacher"
+        if not m.path and not marker.exists():
+            tok = load_tokenizer(files.teacher)
+            build_tiny_model(
+                student, seed=m.tiny_seed, layers=m.tiny_layers, hidden=m.tiny_hidden, tokenizer=tok
+            )
+            marker.write_text("")
+        return student, files.teacher
+    if not m.path:
+        tiny(student, m.tiny_seed, hidden=m.tiny_hidden)
+    if cfg.objective is not Objective.OPD:
+        return student, None
+    if cfg.teacher.model:
+        return student, Path(cfg.teacher.model)
+    hidden = 128 if cfg.teacher.backend == "vllm" else 64  # vLLM needs head size >= 32
+    tiny(files.teacher, m.tiny_seed + 1, tokenizer=load_tokenizer(student), hidden=hidden)
+    return student, files.teacher
+
+
+@dataclass
+class RolloutSide:
+    """What the driver's process runs rollouts with."""
+
+    engine: Any
+    chat: TokenizerChatFormat
+    loop_cfg: AgentLoopConfig
+    teacher: Any = None  # TeacherClient
+    teacher_server: Any = None  # VLLMServer, when the teacher is a supervised server
+    on_ray: bool = False
+
+    def close(self) -> None:
+        if self.teacher is not None:
+            self.teacher.close()
+        if self.teacher_server is not None:
+            self.teacher_server.stop()
+        if self.on_ray:
+            from driver.ray_placement import reset_sandbox_workers
+
+            self.engine.close()
+            reset_sandbox_workers()
+
+    def kill_teacher(self) -> None:
+        """SIGKILL the teacher server's whole process group (fault injection)."""
+        import os
+        import signal
+
+        proc = self.teacher_server.proc if self.teacher_server is not None else None
+        if proc is not None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def _scorer(cfg: RunConfig, teacher_dir: Path, files: RunFiles, on_ray: bool) -> tuple[Any, Any]:
+    """(the frozen teacher's scorer, its supervised server or None)."""
+    backend = cfg.teacher.backend
+    if backend == "hf" and on_ray:
+        from driver.ray_placement import RayScorer
+
+        return RayScorer(str(teacher_dir)), None
+    if backend == "hf":
+        from teacher.scorer import HFScorer
+
+        return HFScorer.from_dir(teacher_dir), None
+    if backend != "vllm":
+        raise ConfigUnsupported(f"teacher.backend {backend!r}: use hf or vllm")
+    from rollout.vllm_server import VLLMServer, VLLMServerConfig
+    from teacher.supervised import SupervisedVLLMScorer
+
+    server = VLLMServer(VLLMServerConfig(model=str(teacher_dir)), log_dir=files.teacher)
+    server.start()
+    return SupervisedVLLMScorer(server), server
+
+
+def rollout_side(
+    cfg: RunConfig,
+    files: RunFiles,
+    *,
+    student: Path,
+    teacher_dir: Path | None,
+    version: int,
+    on_ray: bool,
+) -> RolloutSide:
+    from rollout.hf_engine import HFEngine
+    from tsrl.models import load_tokenizer
+
+    start = files.weights(version) if version else student
+    engine: Any
+    if on_ray:
+        from driver.ray_placement import RayEngine
+
+        engine = RayEngine(str(start), version=version)
+    else:
+        engine = HFEngine(start, version=version)
+    loop_cfg = AgentLoopConfig(
+        max_turns=cfg.rollout.max_turns,
+        sampling=SamplingParams(
+            max_new_tokens=cfg.rollout.max_new_tokens, temperature=cfg.rollout.temperature
+        ),
+        concurrency=1,
+        tool_workers=2,
+    )
+    side = RolloutSide(engine, TokenizerChatFormat(load_tokenizer(student)), loop_cfg)
+    side.on_ray = on_ray
+    if teacher_dir is not None:
+        from teacher.client import TeacherClient
+
+        scorer, side.teacher_server = _scorer(cfg, teacher_dir, files, on_ray)
+        side.teacher = TeacherClient(
+            scorer, timeout_s=cfg.teacher.timeout_s, retries=cfg.teacher.retries, backoff_s=0.2
+        )
+    return side

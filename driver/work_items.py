@@ -1,0 +1,43 @@
+"""Bus payloads -> learner work items, and which learner rank owns a group.
+
+The only place that reads a `SourceReady` payload's layout (`bus.events`): a GRPO trajectory
+carries `[prompt; continuation]` and its group index, an OPD turn its new segment and offset.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+from bus.events import SourceKind, SourceReady
+from learner.sources import GrpoContent, GrpoReward, OpdTurn, WorkItem
+
+
+def owner_rank(group_id: str, world: int) -> int:
+    """Sources are placed on ranks by group (OPD: trajectory), by a hash stable across processes."""
+    return zlib.crc32(group_id.encode()) % world
+
+
+def to_work_items(ev: SourceReady) -> list[WorkItem]:
+    if ev.kind is SourceKind.OPD_TURN:
+        tlp = ev.teacher_logprobs or []
+        scored = [lp for lp, m in zip(tlp, ev.action_mask, strict=True) if m]
+        return [
+            OpdTurn(
+                ev.source_id,
+                ev.traj_id,
+                ev.turn,
+                tuple(ev.token_ids),
+                tuple(ev.action_mask),
+                tuple(scored),
+                start=ev.offset,
+            )
+        ]
+    p = ev.prompt_len
+    index = ev.index
+    assert index is not None and ev.reward is not None  # SourceReady validates grpo payloads
+    return [
+        GrpoContent(
+            ev.source_id, ev.group_id, index, tuple(ev.token_ids[p:]), tuple(ev.action_mask[p:])
+        ),
+        GrpoReward(ev.source_id + "/reward", ev.group_id, index, float(ev.reward)),
+    ]

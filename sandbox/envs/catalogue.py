@@ -1,0 +1,85 @@
+"""The task catalogue: `env.name` (a `tsrl.config.EnvName`) -> the run's task list.
+
+Every entry is a function `RunConfig -> list[TaskRef]`; a `TaskRef` is what the driver needs to
+make one env (`skyrl_gym.make(ref.env_id, extras=ref.extras)`) and a stable task name. Every
+task's extras carry `backend` (from `env.sandbox`) and `pool_size` (`rollout.concurrency`, so the
+process-wide session pool is at least that big, see `sandbox.envs.base`).
+
+- toy        64 `tsrl-digits` tasks (seed i), `rollout.max_turns - 1` sandbox tool turns of
+             `env.tool_seconds` each
+- swe-smith  one `thundersync-swesmith` task per record of `env.tasks` (default: the fixtures)
+- terminal   one `thundersync-terminal` task per task directory under `env.tasks` (default:
+             the fixtures)
+Config validation already rejects an unknown `env.name`; a name without an entry here is a bug
+(the test suite checks every `EnvName` has one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sandbox.envs import EnvId
+from tsrl.config import EnvName
+
+if TYPE_CHECKING:
+    from tsrl.config import RunConfig
+
+
+@dataclass(frozen=True)
+class TaskRef:
+    """One task: the env factory arguments and a stable name."""
+
+    name: str
+    env_id: str
+    extras: dict[str, Any]
+
+
+def _sandbox_extras(cfg: RunConfig) -> dict[str, Any]:
+    return {"backend": cfg.env.sandbox, "pool_size": cfg.rollout.concurrency}
+
+
+def toy_tasks(cfg: RunConfig) -> list[TaskRef]:
+    extras = _sandbox_extras(cfg) | {
+        "tool_turns": cfg.rollout.max_turns - 1,
+        "tool_seconds": cfg.env.tool_seconds,
+    }
+    return [TaskRef(f"digits{i}", EnvId.DIGITS.value, extras | {"seed": i}) for i in range(64)]
+
+
+def swe_smith_tasks(cfg: RunConfig) -> list[TaskRef]:
+    from sandbox.envs.fixtures import SWESMITH_INSTANCES
+    from sandbox.envs.swesmith import load_instances
+
+    path = cfg.env.tasks or str(SWESMITH_INSTANCES)
+    extras = _sandbox_extras(cfg) | {"instances_path": path, "max_turns": cfg.rollout.max_turns}
+    return [
+        TaskRef(inst.instance_id, EnvId.SWESMITH.value, extras | {"instance": inst.instance_id})
+        for inst in load_instances(path)
+    ]
+
+
+def terminal_tasks(cfg: RunConfig) -> list[TaskRef]:
+    from sandbox.envs import fixtures
+
+    dirs = (
+        sorted(p for p in Path(cfg.env.tasks).iterdir() if p.is_dir())
+        if cfg.env.tasks
+        else fixtures.terminal_tasks()
+    )
+    extras = _sandbox_extras(cfg) | {"max_turns": cfg.rollout.max_turns}
+    return [TaskRef(d.name, EnvId.TERMINAL.value, extras | {"task": str(d)}) for d in dirs]
+
+
+CATALOGUE: dict[EnvName, Callable[[RunConfig], list[TaskRef]]] = {
+    EnvName.TOY: toy_tasks,
+    EnvName.SWE_SMITH: swe_smith_tasks,
+    EnvName.TERMINAL: terminal_tasks,
+}
+
+
+def tasks_for(cfg: RunConfig) -> list[TaskRef]:
+    """The task list of `cfg.env.name` (the envs' ids are registered by importing this)."""
+    return CATALOGUE[EnvName(cfg.env.name)](cfg)

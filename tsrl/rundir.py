@@ -1,0 +1,181 @@
+"""The run directory (docs/CONTRACTS.md): every path and file name of a run, in one place.
+
+The driver writes it (`RunDirWriter`), the learner process adds weights, batches, checkpoints and
+its error file, and the service and the benchmarks read it (`RunFiles`). Nothing else spells a
+file name of a run directory.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, TextIO
+
+
+class RunStatus(StrEnum):
+    """A run's state: the service's column, its API schema and the driver's status.json."""
+
+    QUEUED = "queued"
+    STARTING = "starting"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def final(self) -> bool:
+        return self in FINAL_STATUSES
+
+
+ACTIVE_STATUSES = (RunStatus.QUEUED, RunStatus.STARTING, RunStatus.RUNNING)
+FINAL_STATUSES = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
+
+
+class RunFiles:
+    """Paths of one run directory and the readers of its files (no file is opened here)."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+
+    # ---- what the driver writes ------------------------------------------------------------
+    @property
+    def config(self) -> Path:
+        return self.root / "config.json"
+
+    @property
+    def metrics(self) -> Path:
+        return self.root / "metrics.jsonl"
+
+    @property
+    def spans(self) -> Path:
+        return self.root / "spans.jsonl"
+
+    @property
+    def log(self) -> Path:
+        return self.root / "log.txt"
+
+    @property
+    def status(self) -> Path:
+        return self.root / "status.json"
+
+    @property
+    def cancel(self) -> Path:
+        return self.root / "CANCEL"
+
+    @property
+    def output_log(self) -> Path:
+        """The driver's captured stdout/stderr (written by the service's launcher)."""
+        return self.root / "output.log"
+
+    @property
+    def model(self) -> Path:
+        """The tiny student built for a run without `model.path`."""
+        return self.root / "model"
+
+    @property
+    def teacher(self) -> Path:
+        """The teacher model built for the run, and the vLLM teacher server's logs."""
+        return self.root / "teacher"
+
+    # ---- what the learner process writes ---------------------------------------------------
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def batches(self) -> Path:
+        return self.root / "batches"
+
+    def batch_log(self, update: int, rank: int) -> Path:
+        return self.batches / f"u{update:05d}-r{rank}.jsonl"
+
+    def weights(self, version: int) -> Path:
+        return self.root / "weights" / f"v{version:06d}"
+
+    def learner_error(self, rank: int = 0) -> Path:
+        return self.root / ("learner-error.txt" if rank == 0 else f"learner-error-r{rank}.txt")
+
+    # ---- readers ---------------------------------------------------------------------------
+    @property
+    def cancel_requested(self) -> bool:
+        return self.cancel.exists()
+
+    def request_cancel(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.cancel.touch()
+
+    def read_status(self) -> tuple[RunStatus, str] | None:
+        """(final status, reason) from status.json; None when absent, unreadable or not final."""
+        try:
+            data = json.loads(self.status.read_text())
+            status = RunStatus(data["status"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        if not status.final:
+            return None
+        return status, str(data.get("reason") or "")
+
+    def read_metrics(self) -> list[dict[str, Any]]:
+        """Every complete line of metrics.jsonl (update records)."""
+        if not self.metrics.exists():
+            return []
+        return [json.loads(x) for x in self.metrics.read_text().splitlines() if x.strip()]
+
+    def log_lines(self) -> list[str]:
+        return self.log.read_text().splitlines() if self.log.exists() else []
+
+    def batch_logs(self) -> dict[int, list[Path]]:
+        """Every rank's batch log, by update."""
+        out: dict[int, list[Path]] = {}
+        for path in sorted(self.batches.glob("u*-r*.jsonl")):
+            out.setdefault(int(path.name[1:6]), []).append(path)
+        return dict(sorted(out.items()))
+
+    def learner_error_detail(self, ranks: int = 1) -> str | None:
+        """The last line of the first learner rank's error file, if any rank wrote one."""
+        for rank in range(ranks):
+            path = self.learner_error(rank)
+            if path.exists():
+                lines = path.read_text().strip().splitlines()
+                return lines[-1] if lines else f"{path.name} is empty"
+        return None
+
+    def has_driver_output(self) -> bool:
+        """Whether a driver has written anything here (the service's restart check)."""
+        files = (self.metrics, self.spans, self.log, self.status, self.output_log)
+        return any(p.exists() and p.stat().st_size > 0 for p in files)
+
+
+class RunDirWriter(RunFiles):
+    """The driver's side: appends metrics, spans and log lines, writes status.json atomically."""
+
+    def __init__(self, root: str | Path) -> None:
+        super().__init__(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._metrics: TextIO = open(self.metrics, "a", buffering=1)  # noqa: SIM115
+        self._spans: TextIO = open(self.spans, "a", buffering=1)  # noqa: SIM115
+        self._log: TextIO = open(self.log, "a", buffering=1)  # noqa: SIM115
+
+    def write_log(self, msg: str) -> None:
+        self._log.write(f"{time.strftime('%H:%M:%S')} {msg}\n")
+
+    def write_update(self, record: dict[str, Any]) -> None:
+        self._metrics.write(json.dumps({"type": "update", **record}) + "\n")
+
+    def write_spans(self, records: list[dict[str, Any]]) -> None:
+        for r in records:
+            self._spans.write(json.dumps(r) + "\n")
+
+    def write_status(self, status: RunStatus, reason: str = "") -> None:
+        tmp = self.status.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps({"status": status.value, "reason": reason}))
+        tmp.replace(self.status)
+
+    def write_config(self, cfg_json: str) -> None:
+        self.config.write_text(cfg_json)
+
+    def close(self) -> None:
+        for f in (self._metrics, self._spans, self._log):
+            f.close()
