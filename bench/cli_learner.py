@@ -7,6 +7,7 @@ import json
 import typer
 
 from tsrl.cli_groups import bench_app
+from tsrl.config import Arch
 
 
 @bench_app.command("equivalence")
@@ -17,6 +18,8 @@ def equivalence(
     reward_offset: float = typer.Option(0.0, help="add X to every reward (GRPO)"),
     seed: int = typer.Option(0),
     dtype: str = typer.Option("float32", help="learner parameters: float32 | bfloat16 | bf16"),
+    arch: Arch = typer.Option(Arch.LLAMA, help="tiny model family: llama | qwen2 | qwen3"),
+    device: str = typer.Option("cpu", help="where the learners run: cpu | cuda"),
     as_json: bool = typer.Option(False, "--json", help="last line: one JSON object"),
 ) -> None:
     """Replay logged batches through sync, group and stream; report parameter gaps per update."""
@@ -34,9 +37,19 @@ def equivalence(
     if dt not in ("float32", "bfloat16"):
         raise typer.BadParameter("use --dtype float32 or --dtype bf16")
     res = run_equivalence(
-        obj, updates=updates, ranks=ranks, reward_offset=reward_offset, seed=seed, dtype=dt
+        obj,
+        updates=updates,
+        ranks=ranks,
+        reward_offset=reward_offset,
+        seed=seed,
+        dtype=dt,
+        arch=arch,
+        device=device,
     )
-    table = Table(title=f"equivalence: {obj.value}, {ranks} rank(s), reward offset {reward_offset}")
+    title = (
+        f"equivalence: {obj.value}, {arch.value}, {ranks} rank(s), reward offset {reward_offset}"
+    )
+    table = Table(title=title)
     cols = [c for c in res["per_update"][0] if c != "update"]
     table.add_column("k")
     for c in cols:

@@ -32,7 +32,7 @@ def build_models(cfg: RunConfig, files: RunFiles) -> tuple[Path, Path | None]:
 
     def tiny(out: Path, seed: int, **kw: Any) -> None:
         if not (out / "config.json").exists():
-            build_tiny_model(out, seed=seed, layers=m.tiny_layers, **kw)
+            build_tiny_model(out, seed=seed, layers=m.tiny_layers, arch=m.tiny_arch, **kw)
 
     if cfg.objective is Objective.OPD and cfg.teacher.model == "smollm2":
         # the real 135M teacher; the tiny student shares its tokenizer (OPD needs one vocabulary)
@@ -44,7 +44,12 @@ def build_models(cfg: RunConfig, files: RunFiles) -> tuple[Path, Path | None]:
         if not m.path and not marker.exists():
             tok = load_tokenizer(files.teacher)
             build_tiny_model(
-                student, seed=m.tiny_seed, layers=m.tiny_layers, hidden=m.tiny_hidden, tokenizer=tok
+                student,
+                seed=m.tiny_seed,
+                layers=m.tiny_layers,
+                hidden=m.tiny_hidden,
+                tokenizer=tok,
+                arch=m.tiny_arch,
             )
             marker.write_text("")
         return student, files.teacher
@@ -100,9 +105,10 @@ def _scorer(cfg: RunConfig, teacher_dir: Path, files: RunFiles, on_ray: bool) ->
 
         return RayScorer(str(teacher_dir)), None
     if backend == "hf":
+        from learner.device import resolve_device
         from teacher.scorer import HFScorer
 
-        return HFScorer.from_dir(teacher_dir), None
+        return HFScorer.from_dir(teacher_dir, device=resolve_device(cfg.learner.device)), None
     if backend != "vllm":
         raise ConfigUnsupported(f"teacher.backend {backend!r}: use hf or vllm")
     from rollout.vllm_server import VLLMServer, VLLMServerConfig
@@ -122,6 +128,7 @@ def rollout_side(
     version: int,
     on_ray: bool,
 ) -> RolloutSide:
+    from learner.device import DTYPES, resolve_device
     from rollout.hf_engine import HFEngine
     from tsrl.models import load_tokenizer
 
@@ -132,7 +139,8 @@ def rollout_side(
 
         engine = RayEngine(str(start), version=version)
     else:
-        engine = HFEngine(start, version=version)
+        dtype, device = DTYPES[cfg.model.dtype], resolve_device(cfg.learner.device)
+        engine = HFEngine(start, version=version, dtype=dtype, device=device)
     loop_cfg = AgentLoopConfig(
         max_turns=cfg.rollout.max_turns,
         sampling=SamplingParams(

@@ -64,6 +64,7 @@ class LearnerSpec:
 class LearnerLoop:
     def __init__(self, spec: LearnerSpec, bus: Any) -> None:
         from learner.checkpoint import load_checkpoint
+        from learner.device import DTYPES, resolve_device
         from learner.trainer import Learner
         from tsrl.models import load_model
 
@@ -79,8 +80,10 @@ class LearnerLoop:
         if spec.world > 1:
             from learner.parallel import init_process_group
 
-            ctx = init_process_group(spec.rank, spec.world, spec.port)
-        self.learner = Learner(load_model(spec.model_dir), self.cfg, publish=self._publish, ctx=ctx)
+            device = resolve_device(self.cfg.learner.device)
+            ctx = init_process_group(spec.rank, spec.world, spec.port, device)
+        model = load_model(spec.model_dir, dtype=DTYPES[self.cfg.model.dtype])
+        self.learner = Learner(model, self.cfg, publish=self._publish, ctx=ctx)
         if spec.resume:
             load_checkpoint(self.learner, self.files.checkpoints)
         sched = self.cfg.schedule

@@ -1,8 +1,10 @@
 """Host-side accumulators over a flat view of the trainable parameters.
 
 Gradients from autograd are flattened into one vector in a fixed parameter order, so the G1 / G2
-pair of a group, a held gradient, and the update's running sum are plain 1-D tensors on the CPU
-(`accum_dtype`, fp32 by default). The flat order is the order of `params`, identical on every rank.
+pair of a group, a held gradient, and the update's running sum are plain 1-D tensors
+(`accum_dtype`, fp32 by default) on the accumulator device: the host (`learner.accum_device:
+host`, pinned memory when the learner runs on CUDA) or the learner's device. The flat order is the
+order of `params`, identical on every rank.
 """
 
 from __future__ import annotations
@@ -13,16 +15,22 @@ import torch
 
 
 class FlatSpec:
-    def __init__(self, tensors: Sequence[torch.Tensor]) -> None:
+    def __init__(self, tensors: Sequence[torch.Tensor], device: torch.device | str = "cpu") -> None:
         self.shapes = [t.shape for t in tensors]
         self.numels = [t.numel() for t in tensors]
         self.total = sum(self.numels)
+        self.device = torch.device(device)
 
     def flatten(self, tensors: Sequence[torch.Tensor | None], dtype: torch.dtype) -> torch.Tensor:
+        """One vector on the accumulator device (concatenated where the gradients are)."""
         parts = []
+        src = next((t.device for t in tensors if t is not None), self.device)
         for t, n in zip(tensors, self.numels, strict=True):
-            parts.append(torch.zeros(n, dtype=dtype) if t is None else t.reshape(-1).to(dtype))
-        return torch.cat(parts) if parts else torch.zeros(0, dtype=dtype)
+            parts.append(
+                torch.zeros(n, dtype=dtype, device=src) if t is None else t.reshape(-1).to(dtype)
+            )
+        flat = torch.cat(parts) if parts else torch.zeros(0, dtype=dtype, device=src)
+        return flat.to(self.device)
 
     def unflatten(self, vec: torch.Tensor) -> list[torch.Tensor]:
         out, i = [], 0
@@ -35,8 +43,10 @@ class FlatSpec:
 class UpdateAccumulator:
     """The update's unnormalised gradient sum plus the counts its normaliser needs."""
 
-    def __init__(self, numel: int, dtype: torch.dtype) -> None:
-        self.grad = torch.zeros(numel, dtype=dtype)
+    def __init__(self, numel: int, dtype: torch.dtype, device: torch.device | str = "cpu") -> None:
+        device = torch.device(device)
+        pin = device.type == "cpu" and torch.cuda.is_available()  # fast copies to and from CUDA
+        self.grad = torch.zeros(numel, dtype=dtype, device=device, pin_memory=pin)
         self.groups_closed = 0
         self.scored_tokens = 0
 

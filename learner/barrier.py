@@ -15,7 +15,7 @@ import torch
 
 from learner.engine import GradientEngine
 from learner.parallel import ParallelContext, StepOptimizer
-from tsrl.config import Objective
+from tsrl.config import GroupReduction, Objective
 
 
 class BarrierError(RuntimeError):
@@ -50,7 +50,10 @@ def barrier_step(
     version: int,
     publish: Publisher | None,
     weights: dict[str, torch.Tensor] | None = None,
+    group_reduction: GroupReduction = GroupReduction.SUM,
 ) -> StepStats:
+    """GRPO: g_k = sum of the group directions (`mean`: divided by the number of groups);
+    OPD: the unnormalised sum over all turns divided by N_k, the update's scored tokens."""
     why = engine.open_sources()
     if why:
         raise BarrierError(
@@ -67,11 +70,13 @@ def barrier_step(
     ctx.all_reduce_sum(vec)
     ctx.all_reduce_sum(counts)
     t1 = time.perf_counter()
-    normaliser = float(counts[0] if objective is Objective.GRPO else counts[1])
-    if normaliser <= 0:
+    sources = float(counts[0] if objective is Objective.GRPO else counts[1])
+    if sources <= 0:
         raise BarrierError(
             f"update {version} has nothing to learn from (no closed groups / scored tokens)"
         )
+    summed = objective is Objective.GRPO and group_reduction is GroupReduction.SUM
+    normaliser = 1.0 if summed else sources
     grad = vec.div_(-normaliser)  # loss = -objective: descend on the negated ascent direction
     norm = float(grad.double().norm())
     clip = min(1.0, max_grad_norm / (norm + 1e-6)) if math.isfinite(norm) else 0.0

@@ -45,23 +45,39 @@ def _base_model(model: nn.Module) -> nn.Module:
 
 @dataclass
 class SegmentOutput:
-    logits: torch.Tensor  # [L, V] for the segment's own positions
+    logits: torch.Tensor | None  # [L, V] fp32 for the segment's own positions (None: not asked)
     kv: list[KV]  # this segment's own K/V per layer, still in the graph
 
 
+def lm_logits(model: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    """The LM head in fp32 whatever the model's dtype (bf16 logits lose the log-prob's digits):
+    fp32 copies of the hidden states and the head weight, so the gradient still reaches both."""
+    head: Any = _base_model(model).lm_head
+    dt = torch.promote_types(hidden.dtype, torch.float32)  # float64 models stay float64
+    bias = head.bias.to(dt) if getattr(head, "bias", None) is not None else None
+    return torch.nn.functional.linear(hidden.to(dt), head.weight.to(dt), bias)
+
+
 def run_segment(
-    model: nn.Module, token_ids: torch.Tensor, *, past: Sequence[Sequence[KV]], start: int
+    model: nn.Module,
+    token_ids: torch.Tensor,
+    *,
+    past: Sequence[Sequence[KV]],
+    start: int,
+    logits: bool = True,
 ) -> SegmentOutput:
     """Forward `token_ids` ([L] long) at positions start.. on top of the leaf K/V in `past`.
 
     `past` is a list of earlier segments, each a per-layer list of (K, V) leaves; they are
-    concatenated along the sequence axis into a fresh cache.
+    concatenated along the sequence axis into a fresh cache. The decoder runs in the model's
+    dtype; the head (when `logits`) in fp32 (`lm_logits`).
     """
     ids = token_ids.view(1, -1)
     length = ids.shape[1]
-    pos = torch.arange(start, start + length, dtype=torch.long).view(1, -1)
+    pos = torch.arange(start, start + length, dtype=torch.long, device=ids.device).view(1, -1)
     kwargs: dict[str, object] = {"input_ids": ids, "position_ids": pos, "use_cache": True}
     past_len = 0
+    decoder: Any = _base_model(model).model
     if past:
         n_layers = len(past[0])
         dyn = DynamicCache()
@@ -72,23 +88,24 @@ def run_segment(
         past_len = dyn.get_seq_length()
         if past_len != start:
             raise ValueError(f"segment starts at position {start} but its past holds {past_len}")
-        base_cls: Any = type(_base_model(model))
-        kwargs[_cache_kwarg(base_cls)] = dyn
+        decoder_cls: Any = type(decoder)
+        kwargs[_cache_kwarg(decoder_cls)] = dyn
     elif start != 0:
         raise ValueError(f"a segment without past must start at position 0, not {start}")
-    out = model(**kwargs)
+    out = decoder(**kwargs)  # LoRA layers, if any, are injected in place
     grown = out.past_key_values
     own = [(layer.keys[:, :, past_len:], layer.values[:, :, past_len:]) for layer in grown.layers]
-    return SegmentOutput(logits=out.logits[0], kv=own)
+    head = lm_logits(model, out.last_hidden_state[0]) if logits else None
+    return SegmentOutput(logits=head, kv=own)
 
 
 def detach_leaves(kv: Sequence[KV]) -> list[KV]:
     return [(k.detach().requires_grad_(True), v.detach().requires_grad_(True)) for k, v in kv]
 
 
-def token_logprobs(logits: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
+def token_logprobs(logits: torch.Tensor | None, token_ids: torch.Tensor) -> torch.Tensor:
     """log pi(token_t | prefix) for t = 1..L-1 of the segment (token 0 is predicted elsewhere)."""
-    logp = torch.log_softmax(
-        logits[:-1].float() if logits.dtype == torch.bfloat16 else logits[:-1], -1
-    )
+    if logits is None:
+        raise ValueError("this segment was run without logits (run_segment(..., logits=True))")
+    logp = torch.log_softmax(logits[:-1].to(torch.promote_types(logits.dtype, torch.float32)), -1)
     return logp.gather(-1, token_ids[1:].view(-1, 1)).squeeze(-1)

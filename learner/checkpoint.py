@@ -33,5 +33,6 @@ def load_checkpoint(learner: Learner, root: str | Path) -> int:
         raise FileNotFoundError(
             f"no learner checkpoint at {path}: check run_dir / checkpoint_every"
         )
-    learner.load_state_dict(torch.load(path, weights_only=False))
+    # tensors land on the host first; the learner copies them onto its device
+    learner.load_state_dict(torch.load(path, weights_only=False, map_location="cpu"))
     return learner.version

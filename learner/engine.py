@@ -80,17 +80,20 @@ class GradientEngine:
         token_weighting: str = "seq_mean",
         max_open_groups: int = 4,
         accum_dtype: torch.dtype = torch.float32,
+        accum_device: torch.device | str = "cpu",
     ) -> None:
         self.model = model
         self.params = params
-        self.spec = FlatSpec(params)
+        self.device = params[0].device if params else torch.device("cpu")
+        self.acc_device = torch.device(accum_device)
+        self.spec = FlatSpec(params, device=self.acc_device)
         self.estimator = estimator
         self.std_eps = std_eps
         self.token_weighting = token_weighting
         self.max_open = max_open_groups
         self.dtype = accum_dtype
         # the update's running sum spans groups closing in any order: fp64 keeps it order-free
-        self.acc = UpdateAccumulator(self.spec.total, torch.float64)
+        self.acc = UpdateAccumulator(self.spec.total, torch.float64, device=self.acc_device)
         self.queue = ReadyQueue()
         self.releaser = Releaser(schedule, self.queue)
         self.group_specs: dict[str, GrpoGroupSpec] = {}
@@ -175,14 +178,14 @@ class GradientEngine:
         if g is not None:
             return g
         spec = self.group_specs[gid]
-        prefix = torch.tensor(spec.prompt_ids[:-1], dtype=torch.long)
+        prefix = torch.tensor(spec.prompt_ids[:-1], dtype=torch.long, device=self.device)
         prompt_kv: list[KV] = []
         if len(prefix):
-            prompt_kv = run_segment(self.model, prefix, past=[], start=0).kv
+            prompt_kv = run_segment(self.model, prefix, past=[], start=0, logits=False).kv
             self.counters["prompt_forwards"] += 1
             self.counters["tokens_forward"] += len(prefix)
         leaves = detach_leaves(prompt_kv)
-        leaf_spec = FlatSpec(_flat(leaves))
+        leaf_spec = FlatSpec(_flat(leaves), device=self.acc_device)
         g = _Group(spec, prompt_kv, leaves, leaf_spec, OrderedSum(spec.size), OrderedSum(spec.size))
         self.groups[gid] = g
         for idx, r in self.pending_rewards.pop(gid, {}).items():  # arrival order fixes c
@@ -197,13 +200,13 @@ class GradientEngine:
                 f"{len(item.response_mask)} mask entries; give one mask entry per token"
             )
         prompt = g.spec.prompt_ids
-        cont = torch.tensor((prompt[-1], *item.response_ids), dtype=torch.long)
+        cont = torch.tensor((prompt[-1], *item.response_ids), dtype=torch.long, device=self.device)
         past = [g.leaves] if g.leaves else []
         out = run_segment(self.model, cont, past=past, start=len(prompt) - 1)
         self.counters["continuation_forwards"] += 1
         self.counters["tokens_forward"] += len(cont)
-        mask = torch.tensor(item.response_mask, dtype=out.logits.dtype)
         lp = token_logprobs(out.logits, cont)
+        mask = torch.tensor(item.response_mask, dtype=lp.dtype, device=self.device)
         n_scored = float(mask.sum())
         w = 1.0 / max(n_scored, 1.0) if self.token_weighting == "seq_mean" else 1.0
         s = (lp * mask).sum() * w
@@ -260,9 +263,9 @@ class GradientEngine:
     # ---- OPD -------------------------------------------------------------------------------
     def _opd_turn(self, item: OpdTurn) -> None:
         t = self.trajs.get(item.traj_id)
-        if t is None:
-            # fp32: a trajectory sums its own turns in a fixed order, so fp64 buys nothing here
-            t = self.trajs[item.traj_id] = _Traj(torch.zeros(self.spec.total, dtype=torch.float32))
+        if t is None:  # its own sum, in the accumulator dtype (float64 reaches ~1e-15)
+            acc = torch.zeros(self.spec.total, dtype=self.dtype, device=self.acc_device)
+            t = self.trajs[item.traj_id] = _Traj(acc)
         if len(item.token_ids) != len(item.action_mask):
             raise SourceError(
                 f"source {item.source_id}: {len(item.token_ids)} tokens but "
@@ -278,13 +281,13 @@ class GradientEngine:
                 f"source {item.source_id}: the first token of a turn segment is scored; start the "
                 "segment with at least one unscored token (the observation or prompt)"
             )
-        tokens = torch.tensor(item.token_ids, dtype=torch.long)
+        tokens = torch.tensor(item.token_ids, dtype=torch.long, device=self.device)
         out = run_segment(self.model, tokens, past=t.leaves, start=t.pos)
         self.counters["turn_forwards"] += 1
         self.counters["tokens_forward"] += len(tokens)
-        mask = torch.tensor(item.action_mask[1:], dtype=torch.bool)
+        mask = torch.tensor(item.action_mask[1:], dtype=torch.bool, device=self.device)
         scored = token_logprobs(out.logits, tokens)[mask]
-        teacher = torch.tensor(item.teacher_logprobs, dtype=scored.dtype)
+        teacher = torch.tensor(item.teacher_logprobs, dtype=scored.dtype, device=self.device)
         try:
             adv = opd_advantages(teacher, scored)
         except ValueError as e:
@@ -300,7 +303,9 @@ class GradientEngine:
         t.scored += int(scored.numel())
         t.kv_out.append(out.kv)
         t.leaves.append(detach_leaves(out.kv))
-        t.ledger.append([torch.zeros_like(x) for x in _flat(out.kv)])
+        # fp32 ledgers (float64 with a float64 model): adjoints summed over later turns
+        ledger_dtype = torch.promote_types(out.kv[0][0].dtype, torch.float32)
+        t.ledger.append([torch.zeros_like(x, dtype=ledger_dtype) for x in _flat(out.kv)])
         t.pos += len(tokens)
         t.next_turn += 1
 
@@ -334,7 +339,11 @@ class GradientEngine:
         self, outs: list[torch.Tensor], adj: list[torch.Tensor], inputs: list[torch.Tensor]
     ) -> tuple[torch.Tensor | None, ...]:
         """Vector-Jacobian product of `adj` through `outs`; frozen outputs (LoRA) are skipped."""
-        pairs = [(o, a.to(o.dtype)) for o, a in zip(outs, adj, strict=True) if o.requires_grad]
+        pairs = [
+            (o, a.to(device=o.device, dtype=o.dtype))
+            for o, a in zip(outs, adj, strict=True)
+            if o.requires_grad
+        ]
         if not pairs:
             return tuple(None for _ in inputs)
         return torch.autograd.grad(

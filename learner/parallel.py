@@ -28,13 +28,21 @@ from tsrl.config import OptimConfig
 class ParallelContext:
     rank: int = 0
     world: int = 1
+    device_type: str = "cpu"  # "cuda": NCCL, which reduces CUDA tensors only
 
     @property
     def distributed(self) -> bool:
         return self.world > 1
 
     def all_reduce_sum(self, t: torch.Tensor) -> torch.Tensor:
-        if self.distributed:
+        """In place. Host accumulators cross to the GPU for NCCL and come back."""
+        if not self.distributed:
+            return t
+        if self.device_type == "cuda" and not t.is_cuda:
+            on_gpu = t.to(torch.device("cuda", torch.cuda.current_device()))
+            dist.all_reduce(on_gpu, op=dist.ReduceOp.SUM)
+            t.copy_(on_gpu)
+        else:
             dist.all_reduce(t, op=dist.ReduceOp.SUM)
         return t
 
@@ -43,14 +51,21 @@ class ParallelContext:
         return index % self.world == self.rank
 
 
-def init_process_group(rank: int, world: int, port: int) -> ParallelContext:
+def init_process_group(
+    rank: int, world: int, port: int, device: torch.device | str = "cpu"
+) -> ParallelContext:
+    """gloo on CPU; NCCL on CUDA, each rank on GPU `rank % device_count` of its node."""
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ["MASTER_PORT"] = str(port)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    return ParallelContext(rank=rank, world=world)
+    device_type = torch.device(device).type
+    if device_type == "cuda":
+        torch.cuda.set_device(rank % torch.cuda.device_count())
+    backend = "nccl" if device_type == "cuda" else "gloo"
+    dist.init_process_group(backend, rank=rank, world_size=world)
+    return ParallelContext(rank=rank, world=world, device_type=device_type)
 
 
-def _adamw(params: Sequence[nn.Parameter], cfg: OptimConfig) -> torch.optim.AdamW:
+def _adamw(params: Sequence[torch.Tensor], cfg: OptimConfig) -> torch.optim.AdamW:
     return torch.optim.AdamW(
         params,
         lr=cfg.lr,
@@ -61,24 +76,42 @@ def _adamw(params: Sequence[nn.Parameter], cfg: OptimConfig) -> torch.optim.Adam
     )
 
 
+def master_dtype_for(dtype: torch.dtype) -> torch.dtype:
+    """The dtype the optimizer steps in: fp32 for 16-bit compute (App. G), else the same."""
+    return torch.float32 if dtype in (torch.bfloat16, torch.float16) else dtype
+
+
 class StepOptimizer(Protocol):
+    master: list[torch.Tensor]  # full-size theta as the step updates it (read for checkpoints)
+
     def step(self, grads: Sequence[torch.Tensor]) -> None: ...
     def state_dict(self) -> dict[str, Any]: ...
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
 class LocalOptimizer:
-    """One process: AdamW directly on the model's trainable parameters."""
+    """One process: AdamW on the trainable parameters, or on fp32 master copies of them when the
+    model computes in bf16 (the step and its moments in fp32; the model gets the rounded copy)."""
 
     def __init__(self, params: Sequence[nn.Parameter], cfg: OptimConfig) -> None:
         self.params = list(params)
-        self.opt = _adamw(self.params, cfg)
+        self.master: list[torch.Tensor] = [
+            p
+            if master_dtype_for(p.dtype) == p.dtype
+            else nn.Parameter(p.detach().to(master_dtype_for(p.dtype)).clone())
+            for p in self.params
+        ]
+        self.opt = _adamw(self.master, cfg)
 
     def step(self, grads: Sequence[torch.Tensor]) -> None:
-        for p, g in zip(self.params, grads, strict=True):
-            p.grad = g.to(p.dtype)
+        for m, g in zip(self.master, grads, strict=True):
+            m.grad = g.to(device=m.device, dtype=m.dtype)
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
+        with torch.no_grad():
+            for p, m in zip(self.params, self.master, strict=True):
+                if m is not p:
+                    p.copy_(m)
 
     def state_dict(self) -> dict[str, Any]:
         return {"optim": self.opt.state_dict()}
@@ -102,8 +135,13 @@ class FSDP2Optimizer:
 
         self.ctx = ctx
         self.params = list(params)
-        self.mesh = init_device_mesh("cpu", (ctx.world,))
+        # theta is read from the full replica (the fp32 shards travel in `state_dict`)
+        self.master: list[torch.Tensor] = list(self.params)
+        self.mesh = init_device_mesh(ctx.device_type, (ctx.world,))
         self.shadow = copy.deepcopy(model)
+        master_dtype = master_dtype_for(self.params[0].dtype)
+        if master_dtype != self.params[0].dtype:
+            self.shadow.to(master_dtype)  # fp32 master shards and moments for bf16 compute
         layers = getattr(getattr(self.shadow, "model", None), "layers", None)
         for layer in layers or []:
             fully_shard(layer, mesh=self.mesh)
@@ -120,7 +158,7 @@ class FSDP2Optimizer:
         for sp, g in zip(self.sharded, grads, strict=True):
             # every rank holds the same reduced gradient: shard it locally, no communication
             sp.grad = distribute_tensor(
-                g.to(sp.dtype), self.mesh, sp.placements, src_data_rank=None
+                g.to(device=sp.device, dtype=sp.dtype), self.mesh, sp.placements, src_data_rank=None
             )
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)

@@ -12,7 +12,7 @@ from torch import nn
 from learner.objectives import advantages
 from learner.replay import LoggedBatch
 from learner.sources import GrpoContent, GrpoReward, OpdTurn
-from tsrl.config import Estimator
+from tsrl.config import Estimator, GroupReduction
 
 
 def _seq_logprobs(model: nn.Module, ids: list[int]) -> torch.Tensor:
@@ -28,6 +28,7 @@ def reference_loss(
     estimator: Estimator = Estimator.GRPO,
     std_eps: float = 1e-6,
     token_weighting: str = "seq_mean",
+    group_reduction: GroupReduction = GroupReduction.SUM,
 ) -> torch.Tensor:
     items = [it for _, it in batch.events]
     if batch.groups:
@@ -52,7 +53,7 @@ def reference_loss(
                 )
                 w = 1.0 / max(float(mask.sum()), 1.0) if token_weighting == "seq_mean" else 1.0
                 total = total + adv[i] * w * (lp * mask).sum() / g.size
-        return -total / len(batch.groups)
+        return -total / (len(batch.groups) if group_reduction is GroupReduction.MEAN else 1)
     total = torch.zeros(())
     n_tokens = 0
     for tid in batch.trajectories:

@@ -14,12 +14,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from learner.arch import check_cuttable
 from learner.barrier import Publisher, StepStats, barrier_step
+from learner.device import DTYPES, accumulator_device, resolve_device, set_determinism
 from learner.engine import GradientEngine
 from learner.parallel import FSDP2Optimizer, LocalOptimizer, ParallelContext, StepOptimizer
 from tsrl.config import RunConfig, Schedule
-
-_DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
 
 
 def apply_lora(model: nn.Module, rank: int, alpha: float, seed: int = 0) -> nn.Module:
@@ -42,11 +42,16 @@ class Learner:
         publish: Publisher | None = None,
         ctx: ParallelContext | None = None,
     ) -> None:
+        check_cuttable(model)  # refuse, by layer type, what the boundary code cannot cut
         self.cfg = cfg
         self.ctx = ctx or ParallelContext()
+        self.device = resolve_device(cfg.learner.device)
+        set_determinism(cfg.learner.deterministic, self.device)
         if cfg.model.lora_rank > 0:
             model = apply_lora(model, cfg.model.lora_rank, cfg.model.lora_alpha, cfg.seed)
-        self.model = model
+        # the model keeps the dtype it was loaded in (bf16 compute: fp32 master weights live in
+        # the optimizer); the learner only places it
+        self.model = model.to(self.device)
         self.model.eval()  # no dropout: a gradient is a pure function of theta_k and its source
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.names = [n for n, p in model.named_parameters() if p.requires_grad]
@@ -69,7 +74,8 @@ class Learner:
             std_eps=lc.std_eps,
             token_weighting=lc.token_weighting,
             max_open_groups=lc.max_open_groups,
-            accum_dtype=_DTYPES[lc.accum_dtype],
+            accum_dtype=DTYPES[lc.accum_dtype],
+            accum_device=accumulator_device(lc.accum_device, self.device),
         )
 
     def step(self, engine: GradientEngine) -> StepStats:
@@ -82,6 +88,7 @@ class Learner:
             version=self.version,
             publish=self.publish,
             weights=self.weights() if self.publish is not None else None,
+            group_reduction=self.cfg.learner.group_reduction,
         )
         self.version = stats.version
         self.last_engine = engine
@@ -91,15 +98,28 @@ class Learner:
         return {k: v.detach() for k, v in self.model.state_dict().items()}
 
     def flat_params(self) -> torch.Tensor:
-        return torch.cat([p.detach().reshape(-1).double() for p in self.params])
+        """theta as the optimizer steps it (the fp32 master copy for a bf16 model), float64."""
+        return torch.cat([p.detach().reshape(-1).double().cpu() for p in self.optimizer.master])
+
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        return self.params[0].dtype
+
+    @property
+    def master_dtype(self) -> torch.dtype:
+        return self.optimizer.master[0].dtype
 
     # ---- checkpoint ------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         return {
             "version": self.version,
-            "params": {n: p.detach().clone() for n, p in zip(self.names, self.params, strict=True)},
+            "params": {
+                n: p.detach().clone()
+                for n, p in zip(self.names, self.optimizer.master, strict=True)
+            },
             "optimizer": self.optimizer.state_dict(),
             "rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state_all() if self.device.type == "cuda" else None,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -110,8 +130,11 @@ class Learner:
                 "model or LoRA setting; resume with the same model.* config"
             )
         with torch.no_grad():
-            for n, p in zip(self.names, self.params, strict=True):
-                p.copy_(state["params"][n])
+            for n, p, m in zip(self.names, self.params, self.optimizer.master, strict=True):
+                m.copy_(state["params"][n])  # the master copy (theta itself in fp32 / fp64)
+                p.copy_(m)
         self.optimizer.load_state_dict(state["optimizer"])
         self.version = int(state["version"])
         torch.set_rng_state(state["rng"])
+        if state.get("cuda_rng") is not None and self.device.type == "cuda":
+            torch.cuda.set_rng_state_all(state["cuda_rng"])

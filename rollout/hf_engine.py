@@ -42,12 +42,19 @@ class HFEngine:
     """Engine backed by a transformers causal LM living in this process."""
 
     def __init__(
-        self, model_dir: str | Path, *, version: int = 0, dtype: torch.dtype = torch.float32
+        self,
+        model_dir: str | Path,
+        *,
+        version: int = 0,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
     ) -> None:
         from tsrl.models import load_model
 
         self.model_dir = Path(model_dir)
-        self.model = load_model(model_dir, dtype=dtype)
+        self.device = torch.device(device)
+        model: Any = load_model(model_dir, dtype=dtype)
+        self.model = model.to(self.device)
         eos = self.model.config.eos_token_id
         self.eos_token_ids: set[int] = set(
             eos if isinstance(eos, list) else [eos] if eos is not None else []
@@ -72,7 +79,7 @@ class HFEngine:
         with self._gate.request(version) as served:
             gen = torch.Generator().manual_seed(seed)
             stops = set(params.stop_token_ids) | self.eos_token_ids
-            ids = torch.tensor([list(prompt_ids)], dtype=torch.long)
+            ids = torch.tensor([list(prompt_ids)], dtype=torch.long, device=self.device)
             past: Any = None
             toks: list[int] = []
             lps: list[float] = []
@@ -80,13 +87,14 @@ class HFEngine:
             for _ in range(params.max_new_tokens):
                 out = self.model(input_ids=ids, past_key_values=past, use_cache=True)
                 past = out.past_key_values
-                tok, lp = sample_token(out.logits[0, -1], params, gen)
+                # sampled on the host with a host generator: the same tokens on every device
+                tok, lp = sample_token(out.logits[0, -1].float().cpu(), params, gen)
                 toks.append(tok)
                 lps.append(lp)
                 if tok in stops:
                     finish = "stop"
                     break
-                ids = torch.tensor([[tok]], dtype=torch.long)
+                ids = torch.tensor([[tok]], dtype=torch.long, device=self.device)
             return Generation(toks, lps, served, finish)
 
     def load_weights(

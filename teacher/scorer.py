@@ -44,12 +44,15 @@ class HFScorer:
 
     def __init__(self, model: Any) -> None:
         self.model = model
+        self.device = next(model.parameters()).device
 
     @classmethod
-    def from_dir(cls, model_dir: str | Path) -> HFScorer:
+    def from_dir(cls, model_dir: str | Path, *, device: Any = "cpu", dtype: Any = None) -> HFScorer:
+        import torch
+
         from tsrl.models import load_model
 
-        return cls(load_model(model_dir))
+        return cls(load_model(model_dir, dtype=dtype or torch.float32).to(device))
 
     def score_batch(
         self, requests: Sequence[ScoreRequest], timeout_s: float = 0
@@ -59,9 +62,9 @@ class HFScorer:
         out = []
         with torch.no_grad():
             for r in requests:
-                ids = torch.tensor([r.token_ids])
+                ids = torch.tensor([r.token_ids], device=self.device)
                 logp = torch.log_softmax(self.model(input_ids=ids).logits[0].float(), dim=-1)
-                pos = torch.arange(r.start, len(r.token_ids))
+                pos = torch.arange(r.start, len(r.token_ids), device=self.device)
                 out.append(logp[pos - 1, ids[0, pos]].tolist())
         return out
 

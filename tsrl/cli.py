@@ -15,7 +15,7 @@ from pathlib import Path
 import typer
 
 from tsrl.cli_groups import app, model_app
-from tsrl.config import ConfigError, RunConfig, load_run_config, parse_set_overrides
+from tsrl.config import Arch, ConfigError, RunConfig, load_run_config, parse_set_overrides
 
 config_app = typer.Typer(no_args_is_help=True, help="Inspect and validate run configs.")
 app.add_typer(config_app, name="config")
@@ -28,12 +28,15 @@ def model_tiny(
     hidden: int = typer.Option(64),
     layers: int = typer.Option(2),
     tokenizer_from: str = typer.Option(None, help="reuse this model's tokenizer (OPD students)"),
+    arch: Arch = typer.Option(Arch.LLAMA, help="model family: llama | qwen2 | qwen3"),
 ) -> None:
-    """A deterministic tiny Llama-style causal LM with a locally trained BPE tokenizer."""
+    """A deterministic tiny causal LM (--arch) with a locally trained BPE tokenizer."""
     from tsrl.models import build_tiny_model, load_tokenizer
 
     tok = load_tokenizer(tokenizer_from) if tokenizer_from else None
-    path = build_tiny_model(out_dir, seed=seed, hidden=hidden, layers=layers, tokenizer=tok)
+    path = build_tiny_model(
+        out_dir, seed=seed, hidden=hidden, layers=layers, tokenizer=tok, arch=arch
+    )
     typer.echo(str(path))
 
 

@@ -38,12 +38,37 @@ class Schedule(StrEnum):
 LOSSLESS_SCHEDULES = (Schedule.SYNC, Schedule.GROUP, Schedule.STREAM)
 
 
+class Device(StrEnum):
+    AUTO = "auto"  # cuda when torch sees a GPU, else cpu
+    CPU = "cpu"
+    CUDA = "cuda"
+
+
+class AccumDevice(StrEnum):
+    HOST = "host"  # fp32/fp64 accumulators in host memory (pinned when the learner is on CUDA)
+    DEVICE = "device"  # on the learner's device (faster, costs accelerator memory)
+
+
+class GroupReduction(StrEnum):
+    SUM = "sum"  # the paper: g_k = sum over groups of the group directions g_G
+    MEAN = "mean"  # g_k divided by the number of groups of the update
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
+class Arch(StrEnum):
+    """The family of the tiny model (`model.tiny_arch`, `tsrl model tiny --arch`)."""
+
+    LLAMA = "llama"
+    QWEN2 = "qwen2"
+    QWEN3 = "qwen3"
+
+
 class ModelConfig(_Section):
     path: str | None = Field(None, description="HF model directory; None builds the tiny model")
+    tiny_arch: Arch = Field(Arch.LLAMA, description="tiny model family: llama | qwen2 | qwen3")
     tiny_seed: int = 0
     tiny_hidden: int = Field(64, ge=32, description="tiny model width (128+ for vLLM's head size)")
     tiny_layers: int = Field(2, ge=1)
@@ -77,6 +102,14 @@ class LearnerConfig(_Section):
     max_open_groups: int = Field(4, ge=1, description="admission cap per rank on groups with stats")
     accum_dtype: str = "float32"
     ranks: int = Field(1, ge=1)
+    device: Device = Field(Device.AUTO, description="where the learner computes")
+    accum_device: AccumDevice = Field(AccumDevice.HOST, description="where accumulators live")
+    deterministic: bool = Field(
+        False, description="torch.use_deterministic_algorithms (+ CUBLAS_WORKSPACE_CONFIG on CUDA)"
+    )
+    group_reduction: GroupReduction = Field(
+        GroupReduction.SUM, description="GRPO: sum (the paper) or mean of the group directions"
+    )
 
     @field_validator("token_weighting")
     @classmethod

@@ -1,4 +1,5 @@
-"""Tiny deterministic causal LMs built from a config and a locally trained BPE tokenizer.
+"""Tiny deterministic causal LMs (Llama, Qwen2, Qwen3) from a config and a locally trained BPE
+tokenizer, and `load_model` for any causal LM directory.
 
 There is no model hub on these machines: every test and demo builds its model here. The corpus is
 generated from a seeded grammar of shell / Python / tool-call snippets, so the same seed gives the
@@ -9,10 +10,26 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import (
+    AutoModelForCausalLM,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerFast,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
+
+from tsrl.config import Arch
+
+__all__ = ["Arch", "build_tiny_model", "load_model", "load_tokenizer", "tiny_config"]
 
 SPECIAL_TOKENS = ["<pad>", "<s>", "</s>", "<unk>", "<tool>", "</tool>", "<obs>", "</obs>"]
 
@@ -148,8 +165,12 @@ def train_tokenizer(seed: int = 0, vocab_size: int = 512) -> PreTrainedTokenizer
     )
 
 
-def tiny_config(vocab_size: int, *, hidden: int = 64, layers: int = 2) -> LlamaConfig:
-    return LlamaConfig(
+def tiny_config(
+    vocab_size: int, *, hidden: int = 64, layers: int = 2, arch: Arch = Arch.LLAMA
+) -> PreTrainedConfig:
+    """The tiny config of one family: 4 query heads, 2 K/V heads, untied embeddings, full
+    attention in every layer (the learner cuts K/V caches; a sliding window would be refused)."""
+    common: dict[str, Any] = dict(
         vocab_size=vocab_size,
         hidden_size=hidden,
         intermediate_size=hidden * 3,
@@ -162,6 +183,25 @@ def tiny_config(vocab_size: int, *, hidden: int = 64, layers: int = 2) -> LlamaC
         bos_token_id=1,
         eos_token_id=2,
     )
+    if arch is Arch.LLAMA:
+        return LlamaConfig(**common)
+    full: dict[str, Any] = dict(
+        use_sliding_window=False,
+        sliding_window=None,
+        max_window_layers=layers,
+        layer_types=["full_attention"] * layers,
+    )
+    if arch is Arch.QWEN2:
+        return Qwen2Config(**common, **full)
+    # Qwen3 decouples head_dim from hidden / heads (and adds q_norm / k_norm on it)
+    return Qwen3Config(**common, **full, head_dim=max(16, hidden // 4))
+
+
+_CLASSES: dict[Arch, type[PreTrainedModel]] = {
+    Arch.LLAMA: LlamaForCausalLM,
+    Arch.QWEN2: Qwen2ForCausalLM,
+    Arch.QWEN3: Qwen3ForCausalLM,
+}
 
 
 def build_tiny_model(
@@ -171,12 +211,19 @@ def build_tiny_model(
     hidden: int = 64,
     layers: int = 2,
     tokenizer: PreTrainedTokenizerFast | None = None,
+    arch: Arch | str = Arch.LLAMA,
 ) -> Path:
-    """Write a tiny Llama-style model + tokenizer as a Hugging Face directory; return its path."""
+    """Write a tiny model of family `arch` + tokenizer as a Hugging Face directory; return it.
+
+    Every family gets the same tokenizer (trained on seed 0) and the same weight recipe: each
+    matrix ~ N(0, 0.05^2) from one seeded generator, in sorted parameter-name order; vectors
+    (norms, Qwen2's q/k/v biases) keep their deterministic defaults.
+    """
+    arch = Arch(arch)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tok = tokenizer if tokenizer is not None else train_tokenizer(seed=0)
-    cfg = tiny_config(len(tok), hidden=hidden, layers=layers)
+    cfg = tiny_config(len(tok), hidden=hidden, layers=layers, arch=arch)
     if tok.pad_token_id is not None:
         cfg.pad_token_id = tok.pad_token_id
     if tok.bos_token_id is not None:
@@ -185,7 +232,7 @@ def build_tiny_model(
         cfg.eos_token_id = tok.eos_token_id
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(cfg)
+    model = _CLASSES[arch](cfg)
     with torch.no_grad():
         for _, p in sorted(model.named_parameters()):
             if p.dim() >= 2:
@@ -200,9 +247,16 @@ def load_tokenizer(model_dir: str | Path) -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast.from_pretrained(str(model_dir))
 
 
-def load_model(model_dir: str | Path, *, dtype: torch.dtype = torch.float32) -> LlamaForCausalLM:
-    model = LlamaForCausalLM.from_pretrained(
-        str(model_dir), dtype=dtype, attn_implementation="eager"
+def load_model(
+    model_dir: str | Path,
+    *,
+    dtype: torch.dtype = torch.float32,
+    attn_implementation: str = "sdpa",
+) -> PreTrainedModel:
+    """Any causal LM directory (Llama, Qwen2, Qwen3, ...), in eval mode, SDPA attention by
+    default (`attn_implementation="eager"` where a test needs the eager kernel)."""
+    model = AutoModelForCausalLM.from_pretrained(
+        str(model_dir), dtype=dtype, attn_implementation=attn_implementation
     )
     model.eval()  # no dropout: gradients must be a pure function of theta and the batch
     return model

@@ -4,7 +4,9 @@ Every estimator here writes A_i = alpha * (r_i - c) + beta with alpha, beta fixe
   (1/m) sum_i A_i H_i = (alpha * G1 + beta * G2) / m,   G1 = sum (r_i - c) H_i,  G2 = sum H_i.
 The shift c (the first reward bound in the group) keeps G1 - mu*G2 from cancelling
 catastrophically when rewards sit far from zero (e.g. r ~ 1000): the learner only ever multiplies
-H_i by r_i - c, which is O(spread), never by r_i itself.
+H_i by r_i - c, which is O(spread), never by r_i itself. The group statistics are taken on the
+shifted rewards too: with raw rewards near 1e6 and m not a power of two, mean(r) - c of an
+equal-reward group is an ulp that 1/(sigma + eps) blows up to ~1e-4; on r_i - c it is exactly 0.
 """
 
 from __future__ import annotations
@@ -25,31 +27,33 @@ class GroupCoefficients:
     m: int
 
 
-def _stats(rewards: Sequence[float]) -> tuple[float, float]:
-    # math.fsum: the group statistics are exact to double rounding whatever the arrival order.
-    m = len(rewards)
-    mu = math.fsum(rewards) / m
-    var = math.fsum((r - mu) ** 2 for r in rewards) / m
-    return mu, math.sqrt(var)
+def _stats(rewards: Sequence[float], c: float) -> tuple[float, float]:
+    """(mean of r - c, population std), on the shifted rewards (see the module docstring).
+    math.fsum: exact to double rounding whatever the arrival order."""
+    d = [r - c for r in rewards]
+    m = len(d)
+    mu_d = math.fsum(d) / m
+    var = math.fsum((x - mu_d) ** 2 for x in d) / m
+    return mu_d, math.sqrt(var)
 
 
 def _grpo(rewards: Sequence[float], c: float, eps: float) -> tuple[float, float]:
-    mu, sigma = _stats(rewards)
-    return 1.0 / (sigma + eps), -(mu - c) / (sigma + eps)
+    mu_d, sigma = _stats(rewards, c)
+    return 1.0 / (sigma + eps), -mu_d / (sigma + eps)
 
 
 def _dr_grpo(rewards: Sequence[float], c: float, eps: float) -> tuple[float, float]:
-    mu, _ = _stats(rewards)
-    return 1.0, -(mu - c)
+    mu_d, _ = _stats(rewards, c)
+    return 1.0, -mu_d
 
 
 def _rloo(rewards: Sequence[float], c: float, eps: float) -> tuple[float, float]:
     m = len(rewards)
     if m < 2:
         raise ValueError("rloo needs at least 2 trajectories per group: raise rollout.group_size")
-    mu, _ = _stats(rewards)
+    mu_d, _ = _stats(rewards, c)
     k = m / (m - 1)
-    return k, -k * (mu - c)
+    return k, -k * mu_d
 
 
 ESTIMATORS: dict[Estimator, Callable[[Sequence[float], float, float], tuple[float, float]]] = {
@@ -73,14 +77,16 @@ def group_coefficients(
 def advantages(
     estimator: Estimator | str, rewards: Sequence[float], eps: float = 1e-6
 ) -> list[float]:
-    """Per-trajectory advantages, the textbook way (used by the batch-synchronous reference)."""
+    """Per-trajectory advantages, the textbook way (used by the batch-synchronous reference),
+    on rewards shifted by the first one (equal rewards give exactly 0 at any offset)."""
     est = Estimator(estimator)
     m = len(rewards)
-    mu, sigma = _stats(rewards)
+    d = [r - rewards[0] for r in rewards] if rewards else []
+    mu_d, sigma = _stats(rewards, rewards[0]) if rewards else (0.0, 0.0)
     if est is Estimator.GRPO:
-        return [(r - mu) / (sigma + eps) for r in rewards]
+        return [(x - mu_d) / (sigma + eps) for x in d]
     if est is Estimator.DR_GRPO:
-        return [r - mu for r in rewards]
+        return [x - mu_d for x in d]
     if m < 2:
         raise ValueError("rloo needs at least 2 trajectories per group: raise rollout.group_size")
-    return [r - (math.fsum(rewards) - r) / (m - 1) for r in rewards]
+    return [x - (math.fsum(d) - x) / (m - 1) for x in d]

@@ -12,13 +12,14 @@ from deploy_helpers import DEPLOY, ROOT
 from test_deploy_commands import resolve
 
 STUB = """#!/usr/bin/env bash
-# stand-in tsrl: equivalence with --dtype, no speedup command
+# stand-in tsrl: `bench gpu` prints its JSON line
 case "$*" in
-  "bench equivalence --help") echo "--objective --updates --dtype --json"; exit 0;;
-  "bench speedup --help") exit 2;;
-  bench\\ equivalence*) echo "table"; echo '{"max_param_gap": 0.0, "args": "'"$*"'"}'; exit 0;;
+  bench\\ gpu*) echo "log"; echo '{"ok": true, "args": "'"$*"'"}'; exit 0;;
 esac
 exit 2
+"""
+PYTEST_STUB = """#!/usr/bin/env bash
+echo "1 passed"; echo '{"pytest_args": "'"$*"'"}'; exit 0
 """
 
 
@@ -30,26 +31,43 @@ def test_scripts_parse(script: str) -> None:
     )
 
 
-def test_gpu_smoke_reports_steps_as_json(tmp_path: Path) -> None:
-    stub = tmp_path / "tsrl"
-    stub.write_text(STUB)
-    stub.chmod(0o755)
-    env = {**os.environ, "TSRL": str(stub), "STEP_TIMEOUT": "20"}
+def _stub(path: Path, text: str) -> Path:
+    path.write_text(text)
+    path.chmod(0o755)
+    return path
+
+
+def _smoke(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess[str], dict]:
+    full = {**os.environ, "TSRL": str(_stub(tmp_path / "tsrl", STUB)), **env}
     r = subprocess.run(
         ["bash", str(DEPLOY / "gpu-smoke.sh"), str(tmp_path / "out")],
         capture_output=True,
         text=True,
-        env=env,
+        env=full,
         timeout=60,
     )
     doc = json.loads(r.stdout.strip().splitlines()[-1])
-    assert doc["cuda"] is False and doc["ok"] is False and r.returncode == 1  # no GPU here
-    steps = doc["steps"]
-    assert steps["equivalence-grpo-fp32"]["rc"] == 0
-    assert steps["equivalence-grpo-fp32"]["result"]["max_param_gap"] == 0.0
-    assert "--dtype bf16" in steps["equivalence-opd-bf16"]["result"]["args"]
-    assert steps["speedup"]["rc"] == -1 and "not a registered command" in steps["speedup"]["note"]
     assert json.loads((tmp_path / "out" / "gpu-smoke.json").read_text()) == doc
+    return r, doc
+
+
+def test_gpu_smoke_without_cuda_runs_nothing_in_its_place(tmp_path: Path) -> None:
+    r, doc = _smoke(tmp_path)
+    assert doc["cuda"] is False and doc["ok"] is False and r.returncode == 1  # no GPU here
+    assert {s["rc"] for s in doc["steps"].values()} == {-1}
+    assert all("no CUDA" in s["note"] for s in doc["steps"].values())
+
+
+def test_gpu_smoke_runs_the_cuda_tests_and_bench_and_reports_json(tmp_path: Path) -> None:
+    pytest_stub = _stub(tmp_path / "pytest", PYTEST_STUB)
+    r, doc = _smoke(tmp_path, GPU_SMOKE_FORCE="1", PYTEST=str(pytest_stub))
+    steps = doc["steps"]
+    assert (
+        steps["gpu-tests"]["rc"] == 0 and "tests/gpu" in steps["gpu-tests"]["result"]["pytest_args"]
+    )
+    assert steps["bench-gpu"]["rc"] == 0
+    assert "bench gpu --device cuda" in steps["bench-gpu"]["result"]["args"]
+    assert doc["ok"] is False and r.returncode == 1  # every step passed, but there is no CUDA
 
 
 def test_gpu_smoke_without_tsrl_fails_clearly(tmp_path: Path) -> None:
