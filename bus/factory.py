@@ -18,6 +18,7 @@ from enum import StrEnum
 from bus.protocol import Bus, BusError
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+RUN_STREAM_TTL_S = 24 * 3600  # a dead run's streams are gone a day after its last event
 
 
 class BusKind(StrEnum):
@@ -33,8 +34,10 @@ def make_bus(
     prefix: str = "tsrl",
     claim_idle_s: float = 30.0,
     learner_ranks: int = 1,
+    expire_s: int | None = None,
 ) -> Bus:
-    """Build a backend by name; `learner_ranks` fixes the process bus's routes."""
+    """Build a backend by name; `learner_ranks` fixes the process bus's routes; `expire_s` bounds
+    how long a broker keeps the streams after their last publish."""
     kind = BusKind(kind)
     if kind is BusKind.INPROC:
         from bus.inproc import InProcessBus
@@ -46,7 +49,7 @@ def make_bus(
         return ProcessBus(learner_routes(learner_ranks))
     from bus.redis_streams import RedisStreamsBus
 
-    return RedisStreamsBus(url=url, prefix=prefix, claim_idle_s=claim_idle_s)
+    return RedisStreamsBus(url=url, prefix=prefix, claim_idle_s=claim_idle_s, expire_s=expire_s)
 
 
 def run_bus_kind(requested: BusKind | str | None, *, on_ray: bool) -> BusKind:
@@ -75,9 +78,10 @@ class BusRef:
     kind: BusKind
     prefix: str
     url: str = DEFAULT_REDIS_URL
+    expire_s: int | None = RUN_STREAM_TTL_S
 
     def connect(self) -> Bus:
-        return make_bus(self.kind, url=self.url, prefix=self.prefix)
+        return make_bus(self.kind, url=self.url, prefix=self.prefix, expire_s=self.expire_s)
 
 
 def open_run_bus(kind: BusKind, *, run_id: str, learner_ranks: int) -> tuple[Bus, Bus | BusRef]:

@@ -33,10 +33,14 @@ class RedisStreamsBus:
         claim_idle_s: float = 30.0,
         maxlen: int = 100_000,
         client: redis.Redis | None = None,
+        expire_s: int | None = None,
     ) -> None:
         self.prefix = prefix
         self.claim_idle_s = claim_idle_s
         self.maxlen = maxlen
+        # a run's streams outlive it only by this long, even when its driver is SIGKILLed
+        # before it can delete them (every publish pushes the deadline out again)
+        self.expire_s = expire_s
         self.client = client or redis.Redis.from_url(url, decode_responses=False)
         try:
             self.client.ping()
@@ -50,9 +54,16 @@ class RedisStreamsBus:
 
     def publish(self, event: Event, topic: str | None = None) -> str:
         name = str(topic or default_topic(event))
-        mid = self.client.xadd(
-            self.key(name), {_FIELD: encode_event(event)}, maxlen=self.maxlen, approximate=True
-        )
+        key = self.key(name)
+        if self.expire_s is None:
+            mid = self.client.xadd(
+                key, {_FIELD: encode_event(event)}, maxlen=self.maxlen, approximate=True
+            )
+        else:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.xadd(key, {_FIELD: encode_event(event)}, maxlen=self.maxlen, approximate=True)
+            pipe.expire(key, self.expire_s)
+            mid = pipe.execute()[0]
         return mid.decode() if isinstance(mid, bytes) else str(mid)
 
     def subscribe(self, topic: str, group: str, consumer: str) -> RedisSubscription:
@@ -61,6 +72,8 @@ class RedisStreamsBus:
         except redis.exceptions.ResponseError as e:
             if "BUSYGROUP" not in str(e):
                 raise
+        if self.expire_s is not None:
+            self.client.expire(self.key(str(topic)), self.expire_s)
         return RedisSubscription(self, str(topic), group, consumer)
 
     def delete(self, *topics: str) -> None:

@@ -21,6 +21,8 @@ class FaultPlan:
     duplicate_sources: bool = False  # every source is published twice (a retried publish)
     kill_teacher_after: int | None = None  # SIGKILL the teacher server after N sources of update 1
     kill_learner_at_update: int | None = None  # SIGKILL the learner after its first source there
+    kill_learner_at_publish: int | None = None  # SIGKILL it once it published this version,
+    # before it could checkpoint it (the driver loaded the weights; its ack never arrives)
 
     def rollout_task(self, traj_id: str, task: RolloutTask, max_turns: int) -> RolloutTask:
         """The task to run for `traj_id`: its first attempt crashes when the plan says so."""
@@ -47,6 +49,11 @@ class FaultPlan:
         if update == 1 and sources == self.kill_teacher_after:
             kill_teacher()
         if update == self.kill_learner_at_update and sources == 1:
+            kill_learner()
+
+    def at_publish(self, version: int, *, kill_learner: Callable[[], None]) -> None:
+        """Called when the driver loaded published version `version`, before acknowledging it."""
+        if version == self.kill_learner_at_publish:
             kill_learner()
 
 

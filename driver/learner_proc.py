@@ -59,6 +59,7 @@ class LearnerSpec:
     rank: int = 0
     world: int = 1
     port: int = 0  # gloo rendezvous when world > 1
+    parent_pid: int | None = None  # a local learner dies with this driver process
 
 
 class LearnerLoop:
@@ -232,6 +233,10 @@ class LearnerLoop:
 
 def learner_main(spec: LearnerSpec, bus: Any | BusRef) -> None:
     """Entry point of the learner process."""
+    if spec.parent_pid is not None:
+        from tsrl.lifecycle import die_with_parent
+
+        die_with_parent(spec.parent_pid)  # a SIGKILLed driver takes its learner with it
     if spec.cpu is not None and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {spec.cpu})
     torch.set_num_threads(spec.threads)

@@ -8,6 +8,7 @@ idle share is what is left of the step for the learner.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,12 +25,15 @@ class Timeline:
     def __init__(self, sub: Subscription, files: RunDirWriter) -> None:
         self.sub, self.files = sub, files
         self._barriers: dict[int, BarrierStats] = {}
+        self.check_alive: Callable[[str], None] | None = None  # raises when the learner died
 
     def barrier(self, update: int, timeout_s: float = 30.0) -> BarrierStats | None:
         """Rank 0's stats of `update`: waits up to timeout_s (0: only what has arrived)."""
         deadline = time.time() + timeout_s
         while update not in self._barriers:
             batch = self.sub.receive(timeout_s=0.2 if timeout_s else 0.001, max_count=1024)
+            if not batch and self.check_alive is not None:
+                self.check_alive(f"the barrier of update {update}")
             for d in batch:
                 e = d.event
                 self.sub.ack(d)

@@ -55,8 +55,9 @@ class LearnerGroup:
 
             assert isinstance(bus, BusRef), "Ray placement reaches the bus through a broker"
             procs = [RayLearnerHandle(sp, bus, ray_address) for sp in specs]
-        else:
+        else:  # Ray actors die with their owner (this driver); local processes need to be told
             ctx = mp.get_context("spawn")
+            specs = [replace(sp, parent_pid=os.getpid()) for sp in specs]
             procs = [ctx.Process(target=learner_main, args=(sp, bus), daemon=True) for sp in specs]
         for p in procs:
             p.start()

@@ -101,6 +101,9 @@ class RunDriver:
         )
         self.files.write_config(cfg.model_dump_json(indent=2))
         version = self._start_version()
+        if self.resume:
+            dropped = self.files.drop_updates_from(version)
+            self.files.write_log(f"resume at v{version}: dropped {dropped} lines of redone updates")
         asynchronous = cfg.schedule in (Schedule.ASYNC, Schedule.FULLY_ASYNC)
         self.bus, learner_bus = open_run_bus(
             self.bus_kind, run_id=self.run_id, learner_ranks=cfg.learner.ranks
@@ -131,6 +134,7 @@ class RunDriver:
         sys.setswitchinterval(0.0005)
         self.ctrl = self.bus.subscribe("control", "driver", "driver-0")
         self.timeline = Timeline(self.bus.subscribe("spans", "driver", "driver-0"), self.files)
+        self.timeline.check_alive = self.learners.check_alive
         self.side: RolloutSide | None = None
         finished = False
         try:
@@ -237,6 +241,7 @@ class RunDriver:
                 self.ctrl.ack(d)
                 if isinstance(e, PolicyPublished) and e.version == version:
                     ack = self.side.engine.load_weights(version, e.uri)
+                    self.faults.at_publish(version, kill_learner=self.learners.kill)
                     self.bus.publish(
                         ReplicaAcked(run_id=self.run_id, replica_id="engine-0", version=ack.version)
                     )

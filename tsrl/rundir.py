@@ -176,6 +176,31 @@ class RunDirWriter(RunFiles):
     def write_config(self, cfg_json: str) -> None:
         self.config.write_text(cfg_json)
 
+    def drop_updates_from(self, update: int) -> int:
+        """Resume: forget the metrics and spans of updates >= `update` (they are redone), so the
+        run directory holds each update once. Rewrites both files atomically; returns how many
+        lines were dropped. The service never ingests a directory while it is resumed."""
+        dropped = 0
+        for path, handle in ((self.metrics, "_metrics"), (self.spans, "_spans")):
+            getattr(self, handle).close()
+            lines = path.read_text().splitlines() if path.exists() else []
+            kept = []
+            for line in lines:
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    dropped += 1  # a torn last line of the killed run
+                    continue
+                if isinstance(rec.get("update"), int) and rec["update"] >= update:
+                    dropped += 1
+                else:
+                    kept.append(line)
+            tmp = path.with_suffix(path.suffix + ".tmp")
+            tmp.write_text("".join(x + "\n" for x in kept))
+            tmp.replace(path)
+            setattr(self, handle, open(path, "a", buffering=1))  # noqa: SIM115
+        return dropped
+
     def close(self) -> None:
         for f in (self._metrics, self._spans, self._log):
             f.close()
