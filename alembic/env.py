@@ -12,7 +12,7 @@ from sqlalchemy import Connection
 
 import service.models  # noqa: F401  (registers the tables on the metadata)
 from alembic import context
-from service.db import Base, make_engine
+from service.db import Base, make_engine, migration_connection
 from service.settings import Settings
 
 config = context.config
@@ -50,7 +50,7 @@ def run_migrations_online() -> None:
         _run(connection)
         return
     engine = make_engine(Settings.from_env().db_url)
-    with engine.begin() as conn:
+    with migration_connection(engine) as conn:
         _run(conn)
     engine.dispose()
 

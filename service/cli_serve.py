@@ -1,9 +1,16 @@
-"""`tsrl serve`: run the control plane (API + dashboard + launcher) with uvicorn."""
+"""`tsrl serve`: run the control plane (API + dashboard + launcher) with uvicorn.
+
+The admin token comes from TSRL_ADMIN_TOKEN or a file (`--admin-token-file`, TSRL_ADMIN_TOKEN_FILE),
+never from the command line, which every user of the machine can read (ps, /proc/PID/cmdline).
+Log lines never show a secret: tokens in query strings, generated `tsrl_...` tokens and the
+configured admin token are replaced by `[redacted]`.
+"""
 
 from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
 import typer
@@ -11,18 +18,40 @@ import typer
 from tsrl.cli_groups import app
 
 _SECRET_QS = re.compile(r"((?:access_)?token=)[^&\s\"]+", re.IGNORECASE)
+_GENERATED = re.compile(r"tsrl_[A-Za-z0-9_-]{16,}")
+REDACTED = "[redacted]"
+UVICORN_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access")
 
 
 class RedactTokens(logging.Filter):
-    """Access-log lines never show a token passed in a query string."""
+    """Log records never show a token: one passed in a query string (`?token=...`), a generated
+    one (`tsrl_...`), or any of `secrets` (the configured admin token)."""
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        super().__init__()
+        self.secrets = [s for s in secrets if len(s) >= 4]  # shorter would mangle every line
+
+    def redact(self, text: str) -> str:
+        for secret in self.secrets:
+            text = text.replace(secret, REDACTED)
+        text = _SECRET_QS.sub(r"\1" + REDACTED, text)
+        return _GENERATED.sub(REDACTED, text)
 
     def filter(self, record: logging.LogRecord) -> bool:
         if isinstance(record.args, tuple):
-            record.args = tuple(
-                _SECRET_QS.sub(r"\1[redacted]", a) if isinstance(a, str) else a for a in record.args
-            )
-        record.msg = _SECRET_QS.sub(r"\1[redacted]", str(record.msg))
+            record.args = tuple(self.redact(a) if isinstance(a, str) else a for a in record.args)
+        record.msg = self.redact(str(record.msg))
         return True
+
+
+def install_redaction(secrets: Iterable[str] = ()) -> RedactTokens:
+    """Redact on the root handlers and on uvicorn's loggers (which do not propagate to root)."""
+    redact = RedactTokens(secrets)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(redact)
+    for name in UVICORN_LOGGERS:
+        logging.getLogger(name).addFilter(redact)
+    return redact
 
 
 @app.command("serve")
@@ -34,8 +63,14 @@ def serve(
         envvar="TSRL_DATABASE_URL",
         help="e.g. postgresql://postgres@127.0.0.1:5432/tsrl; default: SQLite under --data-dir",
     ),
+    admin_token_file: Path = typer.Option(
+        None,
+        envvar="TSRL_ADMIN_TOKEN_FILE",
+        dir_okay=False,
+        help="file holding the admin token (stored hashed); or set TSRL_ADMIN_TOKEN",
+    ),
     admin_token: str = typer.Option(
-        None, envvar="TSRL_ADMIN_TOKEN", help="bearer token with admin rights (stored hashed)"
+        None, "--admin-token", hidden=True, help="refused: a token on argv is visible to all"
     ),
     data_dir: Path = typer.Option(
         Path("runs/service"), envvar="TSRL_DATA_DIR", help="SQLite file and run directories"
@@ -49,21 +84,36 @@ def serve(
         False, help="leave drivers running when the service stops (adopted on restart)"
     ),
 ) -> None:
-    """Serve the REST API (/api/v1, docs at /docs) and the live dashboard (/)."""
+    """Serve the REST API (/api/v1, docs at /docs) and the live dashboard (/).
+
+    The admin token: TSRL_ADMIN_TOKEN=... or --admin-token-file PATH (never on the command line)."""
     import uvicorn
 
     from service.main import create_app
-    from service.settings import Settings
+    from service.settings import AdminTokenError, Settings, read_admin_token
 
+    if admin_token is not None:
+        typer.echo(
+            "--admin-token is not accepted: the command line is visible to every user of this "
+            "machine (ps, /proc). Set TSRL_ADMIN_TOKEN, or put the token in a file (chmod 600) "
+            "and pass --admin-token-file PATH (or TSRL_ADMIN_TOKEN_FILE).",
+            err=True,
+        )
+        raise typer.Exit(2)
     if launcher not in ("embedded", "ray"):
         typer.echo(f"--launcher {launcher!r} unknown: use 'embedded' or 'ray'", err=True)
         raise typer.Exit(2)
+    try:
+        token, warnings = read_admin_token(admin_token_file)
+    except AdminTokenError as err:
+        typer.echo(str(err), err=True)
+        raise typer.Exit(2) from None
     settings = Settings(
         host=host,
         port=port,
         data_dir=data_dir,
         database_url=database_url,
-        admin_token=admin_token,
+        admin_token=token,
         launcher=launcher,
         ray_address=ray_address,
         max_concurrent_runs=max_concurrent_runs,
@@ -72,7 +122,9 @@ def serve(
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    logging.getLogger("uvicorn.access").addFilter(RedactTokens())
+    install_redaction([token] if token else [])
+    for warning in warnings:
+        logging.getLogger("tsrl.service").warning("%s", warning)
     typer.echo(
         f"ThunderSync service on http://{host}:{port}/ (database: {settings.db_url.split('://')[0]})"
     )

@@ -1,4 +1,5 @@
 """Database operations, keyword-only, each scoped to the owning token where rows have an owner.
+Token operations live in service/crud_tokens.py and are re-exported here.
 
 Routes call these and never build queries themselves; the launcher has its own writes in
 service/launcher/ (it is the only writer of run state after `queued`).
@@ -14,6 +15,15 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from service.crud_tokens import (
+    CONFIGURED_ADMIN,
+    create_token,
+    ensure_admin_token,
+    get_token,
+    get_token_by_secret,
+    list_tokens,
+    revoke_token,
+)
 from service.db import utcnow
 from service.models import Run, SpanRow, TaskSet, Token, UpdateRow
 from service.schemas import (
@@ -22,84 +32,19 @@ from service.schemas import (
     Speedup,
     TaskSetCreate,
     TaskSetUpdate,
-    TokenCreate,
 )
-from service.security import display_prefix, hash_token, new_token
 from tsrl.config import RunConfig
 from tsrl.rundir import ACTIVE_STATUSES, RunFiles, RunStatus
 
-# --- tokens -------------------------------------------------------------------------------------
-
-
-def get_token_by_secret(*, session: Session, secret: str) -> Token | None:
-    row = session.scalar(select(Token).where(Token.token_hash == hash_token(secret)))
-    if row is None or row.revoked_at is not None:
-        return None
-    return row
-
-
-CONFIGURED_ADMIN = "admin"
-
-
-def ensure_admin_token(*, session: Session, secret: str) -> Token:
-    """Register the configured admin token (by digest); re-enable it if it was revoked. An admin
-    token configured on an earlier start (another secret) is revoked: only the current one works.
-    Runs keep their owner, so runs of an earlier admin token become invisible, not deleted."""
-    digest = hash_token(secret)
-    for old in session.scalars(
-        select(Token).where(
-            Token.name == CONFIGURED_ADMIN,
-            Token.is_admin.is_(True),
-            Token.token_hash != digest,
-            Token.revoked_at.is_(None),
-        )
-    ):
-        old.revoked_at = utcnow()
-    row = session.scalar(select(Token).where(Token.token_hash == digest))
-    if row is None:
-        row = Token(
-            name=CONFIGURED_ADMIN,
-            token_hash=digest,
-            prefix=display_prefix(secret),
-            is_admin=True,
-        )
-        session.add(row)
-    else:
-        row.is_admin = True
-        row.revoked_at = None
-    session.flush()
-    return row
-
-
-def create_token(*, session: Session, token_in: TokenCreate) -> tuple[Token, str]:
-    secret = new_token()
-    row = Token(
-        name=token_in.name,
-        token_hash=hash_token(secret),
-        prefix=display_prefix(secret),
-        is_admin=token_in.is_admin,
-    )
-    session.add(row)
-    session.flush()
-    return row, secret
-
-
-def list_tokens(*, session: Session, skip: int, limit: int) -> tuple[list[Token], int]:
-    count = session.scalar(select(func.count()).select_from(Token)) or 0
-    rows = session.scalars(select(Token).order_by(Token.created_at).offset(skip).limit(limit))
-    return list(rows), count
-
-
-def get_token(*, session: Session, token_id: uuid.UUID) -> Token | None:
-    return session.get(Token, token_id)
-
-
-def revoke_token(*, session: Session, token: Token) -> Token:
-    if token.revoked_at is None:
-        token.revoked_at = utcnow()
-    session.flush()
-    return token
-
+__all__ = [
+    "CONFIGURED_ADMIN",
+    "create_token",
+    "ensure_admin_token",
+    "get_token",
+    "get_token_by_secret",
+    "list_tokens",
+    "revoke_token",
+]
 
 # --- runs ---------------------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import DateTime, Engine, create_engine, event
+from sqlalchemy import Connection, DateTime, Engine, create_engine, event
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 from sqlalchemy.types import TypeDecorator
 
@@ -80,6 +80,31 @@ def session_scope(factory: sessionmaker[Session]) -> Iterator[Session]:
             raise
 
 
+@contextmanager
+def migration_connection(engine: Engine) -> Iterator[Connection]:
+    """A connection in a transaction for Alembic. On SQLite, foreign keys are off while it runs:
+    a batch migration rebuilds a table (copy, DROP, rename), and with foreign keys on, dropping
+    `tokens` would cascade-delete every run and task set. SQLite ignores the pragma inside a
+    transaction, so it is set first; the rows are checked before the commit (SQLite's own
+    procedure for schema changes), and foreign keys are back on afterwards."""
+    with engine.connect() as conn:
+        sqlite = conn.dialect.name == "sqlite"
+        if sqlite:
+            conn.exec_driver_sql("PRAGMA foreign_keys=OFF")
+            conn.commit()
+        try:
+            with conn.begin():
+                yield conn
+                if sqlite:
+                    broken = conn.exec_driver_sql("PRAGMA foreign_key_check").all()
+                    if broken:
+                        raise RuntimeError(f"migration left dangling foreign keys: {broken[:5]}")
+        finally:
+            if sqlite:
+                conn.exec_driver_sql("PRAGMA foreign_keys=ON")
+                conn.commit()
+
+
 def upgrade_to_head(engine: Engine) -> None:
     """Apply every Alembic migration on `engine` (idempotent)."""
     from alembic.config import Config
@@ -93,6 +118,6 @@ def upgrade_to_head(engine: Engine) -> None:
         )
     cfg = Config()
     cfg.set_main_option("script_location", str(ALEMBIC_DIR))
-    with engine.begin() as conn:
+    with migration_connection(engine) as conn:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")

@@ -10,12 +10,14 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, FastAPI
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
 from service import crud
 from service.api.routes import events, health, runs, spans, task_sets, tokens, updates
 from service.db import make_engine, make_session_factory, session_scope, upgrade_to_head
+from service.errors import validation_error_handler
 from service.limits import BodySizeLimit
 from service.schemas import ErrorDetail
 from service.settings import Settings
@@ -59,7 +61,9 @@ def create_app(settings: Settings, *, launch: bool = True, backend: Any = None) 
             with session_scope(factory) as session:
                 crud.ensure_admin_token(session=session, secret=settings.admin_token)
         else:
-            log.warning("no admin token: pass --admin-token or TSRL_ADMIN_TOKEN to create tokens")
+            log.warning(
+                "no admin token: set TSRL_ADMIN_TOKEN or --admin-token-file PATH to create tokens"
+            )
         settings.runs_dir.mkdir(parents=True, exist_ok=True)
         launcher = None
         if launch:
@@ -87,6 +91,7 @@ def create_app(settings: Settings, *, launch: bool = True, backend: Any = None) 
     app.state.engine = engine
     app.state.session_factory = factory
     app.state.launcher = None
+    app.add_exception_handler(RequestValidationError, validation_error_handler)
     app.include_router(health.router)
     app.include_router(api_router())
     app.mount("/static", StaticFiles(directory=WEB_DIR / "static"), name="static")

@@ -1,7 +1,8 @@
 """Database tables: tokens, runs, the driver's per-update metrics and timeline spans, task sets.
 
-Tokens are stored as SHA-256 digests only (the secret is shown once, at creation). Every run and task
-set belongs to a token; API reads filter on the owner, so another token's rows are invisible.
+Tokens are stored as SHA-256 digests only (the secret is shown once, at creation) and named by a
+random public id, so no part of a secret is in the database. Every run and task set belongs to a
+token; API reads filter on the owner, so another token's rows are invisible.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from service.db import Base, UTCDateTime, utcnow
+from service.security import new_public_id
 from tsrl.rundir import RunStatus
 
 # Stored as the enum's values in a VARCHAR(20) (no CHECK constraint, no native enum type): the same
@@ -46,7 +48,9 @@ class Token(Base):
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
     name: Mapped[str] = mapped_column(String(100))
     token_hash: Mapped[str] = mapped_column(String(64), unique=True, index=True)
-    prefix: Mapped[str] = mapped_column(String(12))
+    public_id: Mapped[str] = mapped_column(
+        String(12), unique=True, index=True, default=new_public_id
+    )
     is_admin: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)

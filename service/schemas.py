@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import uuid
 from datetime import datetime
 from enum import StrEnum
@@ -14,34 +15,51 @@ from tsrl.rundir import RunStatus
 SpanRole = Literal["rollout", "tool", "teacher", "learner", "barrier"]
 
 
-def _find_nul(value: Any, path: str) -> str | None:
-    if isinstance(value, str):
-        return path if "\x00" in value else None
-    if isinstance(value, dict):
-        for k, v in value.items():
-            hit = _find_nul(k, path) or _find_nul(v, f"{path}.{k}" if path else str(k))
-            if hit is not None:
-                return hit
-    if isinstance(value, list):
-        for i, v in enumerate(value):
-            hit = _find_nul(v, f"{path}[{i}]")
-            if hit is not None:
-                return hit
+MAX_NESTING = 64
+
+
+def _child(path: str, key: Any) -> str:
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    return f"{path}.{key}" if path else str(key)
+
+
+def find_unstorable(data: Any) -> str | None:
+    """The first value of a request body that no database stores, as `path: problem and fix`:
+    a NUL character (PostgreSQL text cannot hold it), a number that is not finite (NaN and
+    Infinity, which Python's JSON parser accepts but JSON columns and responses refuse), or
+    nesting deeper than MAX_NESTING levels. Iterative, so any depth is safe to check."""
+    stack: list[tuple[Any, str, int]] = [(data, "", 0)]
+    while stack:
+        value, path, depth = stack.pop()
+        where = path or "body"
+        if isinstance(value, str) and "\x00" in value:
+            return f"{where}: contains a NUL character (\\u0000); remove it"
+        if isinstance(value, float) and not math.isfinite(value):
+            return f"{where}: {value} is not a finite number; use a finite value"
+        if isinstance(value, dict | list):
+            if depth >= MAX_NESTING:
+                return f"{where}: nested more than {MAX_NESTING} levels deep; flatten it"
+            items = list(value.items() if isinstance(value, dict) else enumerate(value))
+            for key, item in reversed(items):
+                if isinstance(key, str) and "\x00" in key:
+                    return f"{where}: a key contains a NUL character (\\u0000); remove it"
+                stack.append((item, _child(path, key), depth + 1))
     return None
 
 
 class RequestBody(BaseModel):
-    """Base of every request body: unknown fields and NUL characters are refused (PostgreSQL
-    cannot store NUL in text, so it is rejected up front with 422 instead of failing later)."""
+    """Base of every request body: unknown fields, NUL characters, NaN / Infinity and deep nesting
+    are refused with 422 naming the field, instead of failing later in the database (500)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     @model_validator(mode="before")
     @classmethod
-    def _no_nul(cls, data: Any) -> Any:
-        hit = _find_nul(data, "")
-        if hit is not None:
-            raise ValueError(f"{hit or 'body'}: contains a NUL character (\\u0000); remove it")
+    def _storable(cls, data: Any) -> Any:
+        problem = find_unstorable(data)
+        if problem is not None:
+            raise ValueError(problem)
         return data
 
 
@@ -85,7 +103,10 @@ class TokenPublic(BaseModel):
     model_config = ConfigDict(from_attributes=True)
     id: uuid.UUID
     name: str
-    prefix: str = Field(description="first characters of the secret, to recognise it")
+    public_id: str = Field(
+        description="random public name of the token (`tok_` + 8 characters), unrelated to the "
+        "secret: use it to recognise a token in lists and logs, or to revoke it"
+    )
     is_admin: bool
     created_at: datetime
     revoked_at: datetime | None
@@ -105,7 +126,10 @@ class TokensPublic(BaseModel):
 
 class RunCreate(RequestBody):
     recipe: str | None = Field(
-        None, max_length=200, description="recipe name (recipes/NAME.yaml), e.g. 'grpo-toy'"
+        None,
+        max_length=200,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$",
+        description="recipe name: recipes/NAME.yaml on the server (no paths), e.g. 'grpo-toy'",
     )
     config: dict[str, Any] | None = Field(
         None, description="a full or partial run config (applied on top of the recipe, if any)"

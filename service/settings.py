@@ -7,7 +7,9 @@ driver command) without touching the environment.
 from __future__ import annotations
 
 import os
+import stat
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +30,49 @@ def normalize_database_url(url: str) -> str:
         if url.startswith(prefix):
             return "postgresql+psycopg://" + url[len(prefix) :]
     return url
+
+
+class AdminTokenError(ValueError):
+    """The admin token cannot be read: the message says which setting and how to fix it."""
+
+
+def read_admin_token(
+    token_file: Path | str | None = None, env: Mapping[str, str] | None = None
+) -> tuple[str | None, list[str]]:
+    """The admin token and any warnings: from a file (`--admin-token-file` or
+    TSRL_ADMIN_TOKEN_FILE), else from TSRL_ADMIN_TOKEN; never from the command line, where every
+    user of the machine sees it (ps, /proc/PID/cmdline). The file holds the token alone (one
+    line; surrounding whitespace is dropped)."""
+    env = os.environ if env is None else env
+    token_file = token_file or env.get("TSRL_ADMIN_TOKEN_FILE") or None
+    from_env = env.get("TSRL_ADMIN_TOKEN") or None
+    if token_file is None:
+        return from_env, _short(from_env)
+    if from_env is not None:
+        raise AdminTokenError(
+            "the admin token is given twice (TSRL_ADMIN_TOKEN and --admin-token-file / "
+            "TSRL_ADMIN_TOKEN_FILE): keep one of them"
+        )
+    path = Path(token_file)
+    try:
+        token = path.read_text(encoding="utf-8").strip()
+        mode = path.stat().st_mode
+    except (OSError, UnicodeDecodeError) as err:
+        raise AdminTokenError(f"admin token file {path}: cannot read it ({err})") from None
+    if not token or any(c.isspace() for c in token):
+        raise AdminTokenError(
+            f"admin token file {path}: must hold the token alone, on one line, without spaces"
+        )
+    warnings = _short(token)
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        warnings.append(f"admin token file {path} is readable by other users: chmod 600 it")
+    return token, warnings
+
+
+def _short(token: str | None) -> list[str]:
+    if token is not None and len(token) < 16:
+        return [f"the admin token has {len(token)} characters: use 32 or more random ones"]
+    return []
 
 
 @dataclass(frozen=True)
@@ -58,9 +103,9 @@ class Settings:
 
     @classmethod
     def from_env(cls, **overrides: object) -> Settings:
-        """Environment first (TSRL_HOST, TSRL_PORT, TSRL_DATABASE_URL, TSRL_ADMIN_TOKEN,
-        TSRL_DATA_DIR, TSRL_LAUNCHER, TSRL_RAY_ADDRESS, TSRL_MAX_CONCURRENT_RUNS), then explicit
-        keyword overrides that are not None."""
+        """Environment first (TSRL_HOST, TSRL_PORT, TSRL_DATABASE_URL, TSRL_ADMIN_TOKEN or
+        TSRL_ADMIN_TOKEN_FILE, TSRL_DATA_DIR, TSRL_LAUNCHER, TSRL_RAY_ADDRESS,
+        TSRL_MAX_CONCURRENT_RUNS), then explicit keyword overrides that are not None."""
         env = os.environ
         values: dict[str, object] = {}
         if "TSRL_HOST" in env:
@@ -69,9 +114,9 @@ class Settings:
             values["port"] = int(env["TSRL_PORT"])
         if "TSRL_DATA_DIR" in env:
             values["data_dir"] = Path(env["TSRL_DATA_DIR"])
+        values["admin_token"] = read_admin_token(env=env)[0]
         for key, name in (
             ("database_url", "TSRL_DATABASE_URL"),
-            ("admin_token", "TSRL_ADMIN_TOKEN"),
             ("launcher", "TSRL_LAUNCHER"),
             ("ray_address", "TSRL_RAY_ADDRESS"),
         ):

@@ -54,8 +54,23 @@ class GroupReduction(StrEnum):
     MEAN = "mean"  # g_k divided by the number of groups of the update
 
 
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    """Base of every config section (and of RunConfig): unknown fields are errors, numbers are
+    finite (no NaN / Infinity: JSON and the databases have none) and integers fit in 64 bits."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _int64(cls, v: Any) -> Any:
+        if isinstance(v, int) and not isinstance(v, bool) and not INT64_MIN <= v <= INT64_MAX:
+            raise ValueError(
+                f"out of range: use an integer from {INT64_MIN} to {INT64_MAX} (64-bit)"
+            )
+        return v
 
 
 class Arch(StrEnum):
@@ -178,7 +193,9 @@ class EnvConfig(_Section):
 
 
 class RunConfig(_Section):
-    name: str = "run"
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+    name: str = Field("run", max_length=200, description="run name (200 characters at most)")
     objective: Objective = Objective.GRPO
     schedule: Schedule = Schedule.STREAM
     updates: int = Field(10, ge=1, description="number of optimizer steps")
@@ -270,6 +287,25 @@ def recipe_path(name_or_path: str) -> Path:
     raise ConfigError(f"recipe {name_or_path!r} not found: use one of {known} or a .yaml path")
 
 
+def _read_recipe(path: Path) -> Any:
+    """A recipe file's YAML; a file that cannot be read or parsed is a ConfigError naming the file
+    and, for bad YAML, the line and column (recipes/NAME.yaml for the shipped recipes)."""
+    shown = path
+    if path.is_relative_to(RECIPES_DIR):
+        shown = Path(RECIPES_DIR.name) / path.relative_to(RECIPES_DIR)
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
+        where = "an unknown line"
+        if mark is not None:
+            where = f"line {mark.line + 1}, column {mark.column + 1}"
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ConfigError(f"recipe {shown}: invalid YAML at {where}: {problem}; fix it") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"recipe {shown}: cannot read it ({err.__class__.__name__})") from None
+
+
 def load_run_config(
     recipe: str | None = None,
     overrides: dict[str, Any] | None = None,
@@ -278,7 +314,7 @@ def load_run_config(
     """Build a validated RunConfig from a recipe (name or path) and/or a dict, then overrides."""
     raw: dict[str, Any] = {}
     if recipe is not None:
-        loaded = yaml.safe_load(recipe_path(recipe).read_text()) or {}
+        loaded = _read_recipe(recipe_path(recipe)) or {}
         if not isinstance(loaded, dict):
             raise ConfigError(f"recipe {recipe!r}: top level must be a mapping of fields")
         raw = loaded

@@ -69,7 +69,8 @@ def get_admin_token(token: CurrentToken) -> Token:
     if not token.is_admin:
         raise HTTPException(
             status_code=status.HTTP_403_FORBIDDEN,
-            detail="this needs an admin token (the one given to `tsrl serve --admin-token`)",
+            detail="this needs an admin token (the one `tsrl serve` reads from TSRL_ADMIN_TOKEN or "
+            "--admin-token-file)",
         )
     return token
 

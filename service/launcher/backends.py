@@ -15,7 +15,7 @@ from typing import Protocol
 from tsrl.rundir import RunFiles
 
 # Variables that may carry secrets of the service: drivers never see them.
-SECRET_ENV = ("TSRL_ADMIN_TOKEN", "TSRL_DATABASE_URL")
+SECRET_ENV = ("TSRL_ADMIN_TOKEN", "TSRL_ADMIN_TOKEN_FILE", "TSRL_DATABASE_URL")
 
 
 class Handle(Protocol):

@@ -110,7 +110,7 @@ def _seed_active_run(settings: Settings, run_dir: Path, status: RunStatus, pid: 
     engine = create_engine(settings.db_url)
     upgrade_to_head(engine)
     with Session(engine) as s:
-        owner = Token(name="admin", token_hash=hash_token(ADMIN_TOKEN), prefix="x", is_admin=True)
+        owner = Token(name="admin", token_hash=hash_token(ADMIN_TOKEN), is_admin=True)
         s.add(owner)
         s.flush()
         run = Run(

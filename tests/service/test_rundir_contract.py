@@ -85,7 +85,7 @@ def test_driver_written_run_dirs_are_ingested_and_finalised(
     live = RunDirWriter(live_dir)
     _write_updates(live, 1)
     with session_scope(factory) as session:
-        owner = Token(name="u", token_hash=uuid.uuid4().hex, prefix="x")
+        owner = Token(name="u", token_hash=uuid.uuid4().hex)
         session.add(owner)
         session.flush()
         for name, run_dir, status in [

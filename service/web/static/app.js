@@ -236,7 +236,7 @@ async function route() {
   $("signout").hidden = false;
   try {
     const me = await api("/tokens/me");
-    $("whoami").textContent = `token: ${me.name} (${me.prefix}…)`;
+    $("whoami").textContent = `token: ${me.name} (${me.public_id})`;
     const m = location.hash.match(/^#\/runs\/([0-9a-f-]{36})/);
     if (m) await renderRun(m[1]); else await renderRuns();
   } catch (e) {
