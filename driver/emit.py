@@ -9,7 +9,7 @@ thread; publishing never waits for the learner.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from bus.events import GroupClosed, SourceKind, SourceReady
@@ -27,7 +27,7 @@ class UpdateTally:
     sources: int = 0
     last_ready: float = 0.0
     tokens: int = 0
-    rewards: list[float] | None = None
+    rewards: list[float] = field(default_factory=list)
 
     @property
     def reward_mean(self) -> float:
@@ -52,7 +52,7 @@ class SourceEmitter:
         self.policy_version = policy_version
         self.plans, self.files = plans, files
         self.after_publish = after_publish
-        self.tally = UpdateTally(rewards=[])
+        self.tally = UpdateTally()
 
     def publish_source(self, **payload: Any) -> None:
         ev = SourceReady(
@@ -68,7 +68,6 @@ class SourceEmitter:
         pass
 
     def on_reward_ready(self, traj: Trajectory, reward: float) -> None:
-        assert self.tally.rewards is not None
         self.tally.rewards.append(reward)
 
     def on_trajectory_completed(self, traj: Trajectory) -> None:
