@@ -66,9 +66,9 @@ def test_cancel_stops_the_driver_at_a_barrier(client: TestClient, new_token: Hea
     assert again.status_code == 409
 
 
-def test_cancel_of_a_queued_run_is_immediate(
-    settings: Settings, tmp_path: Path, new_token: Headers
-) -> None:
+def test_cancel_of_a_queued_run_is_immediate(settings: Settings) -> None:
+    # only this app (no launcher) on the database: a second app's launcher (e.g. the one behind
+    # the `new_token` fixture) would start the queued run before the cancel lands
     with TestClient(create_app(settings, launch=False)) as c:
         h = bearer(ADMIN_TOKEN)
         run_id = submit(c, h)
