@@ -5,7 +5,9 @@ Docker-compatible socket (`podman system service`), started on demand by `ensure
 - the same SDK code path. The container runs `sleep infinity` from the task image as uid 65534
 with no network (unless the task allows it), all capabilities dropped, no-new-privileges,
 memory / cpu / pids limits and nofile / nproc / fsize ulimits (podman needs explicit nofile and
-nproc ulimits). The task directory is copied in with put_archive. Pid 1 is the engine's init
+nproc ulimits). The task directory is copied in with put_archive; the file tools' `put_file` /
+`get_file` act as uid 65534 through execs (never root through the archive API), so they reach
+exactly what the agent's commands reach. Pid 1 is the engine's init
 (`init=True`: docker-init / tini on Docker, catatonit on podman), so killed processes are reaped:
 with `sleep` as pid 1 the zombies of a fork bomb kept the pids limit exhausted forever. Each exec
 is wrapped in coreutils `timeout` inside a small `sh` whose builtin `kill -9 -1` (repeated, no
@@ -25,22 +27,25 @@ Every container carries the labels `thundersync.sandbox=1`, `thundersync.owner_p
 from __future__ import annotations
 
 import contextlib
-import io
 import os
-import shutil
-import subprocess
-import tarfile
 import threading
 import time
+import uuid
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from sandbox.docker_support import (  # noqa: F401  (ensure_podman_socket, _ping: re-exported)
+    PODMAN_SOCKET,
+    UID,
+    _ping,
+    _tar_of,
+    ensure_podman_socket,
+    owner_labels,
+)
 from sandbox.executor import Backend, ExecResult, SandboxError, SessionSpec
 from sandbox.output import HeadTail
 
 DEFAULT_IMAGE = os.environ.get("THUNDERSYNC_SANDBOX_IMAGE", "thundersync-sandbox:bookworm")
-PODMAN_SOCKET = "/run/podman/podman.sock"
-UID = 65534
 LABEL = "thundersync.sandbox"
 # after the command: SIGKILL every process of the sandbox user (the shell builtin needs no fork,
 # so it works with the pids limit exhausted; repeated for children forked during a pass)
@@ -49,6 +54,7 @@ _EXEC_WRAPPER = (
     "for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do kill -9 -1 2>/dev/null; done; "
     "exit $rc"
 )
+_STAGE = "/run/tsrl-stage"  # root-owned 0711: put_file's bytes wait here under random names
 _WRAPPER_NAME = "tsrl-exec"  # $0 of the wrapper: its own errors read "tsrl-exec: 1: ..."
 _RUNTIME_FAILURE = ("OCI runtime error", "exec failed", "unable to start container process")
 
@@ -65,60 +71,6 @@ def _did_not_start(r: ExecResult | None) -> bool:
     if r.exit_code == 125 and r.stderr.startswith("timeout: fork system call failed"):
         return True  # coreutils timeout could not fork the command's bash
     return r.stderr.startswith(f"{_WRAPPER_NAME}: ") and "Cannot fork" in r.stderr
-
-
-def ensure_podman_socket(path: str = PODMAN_SOCKET, idle_s: int = 600) -> str:
-    """URL of a Docker-compatible socket: DOCKER_HOST, a running podman service, or a new one."""
-    if os.environ.get("DOCKER_HOST"):
-        return os.environ["DOCKER_HOST"]
-    if os.path.exists("/var/run/docker.sock"):
-        return "unix:///var/run/docker.sock"
-    url = f"unix://{path}"
-    if _ping(url):
-        return url
-    if not shutil.which("podman"):
-        raise SandboxError(
-            "no Docker engine and no podman: run `sudo bash scripts/setup.d/20-sandbox.sh` "
-            "(installs podman + runc and imports the sandbox image)"
-        )
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    subprocess.Popen(
-        ["podman", "system", "service", f"--time={idle_s}", url],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-        cwd="/",  # conmon inherits it and drops an "oom" marker there after an OOM kill
-    )
-    for _ in range(100):
-        if _ping(url):
-            return url
-        time.sleep(0.1)
-    raise SandboxError(f"podman system service did not answer on {url} within 10 s")
-
-
-def _ping(url: str) -> bool:
-    import docker
-
-    try:
-        docker.DockerClient(base_url=url, timeout=5).ping()
-        return True
-    except Exception:
-        return False
-
-
-def _tar_of(files: dict[str, tuple[bytes, int]], dirs: list[str]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for d in dirs:
-            info = tarfile.TarInfo(d)
-            info.type, info.mode, info.uid, info.gid = tarfile.DIRTYPE, 0o755, UID, UID
-            tar.addfile(info)
-        for name, (data, mode) in files.items():
-            info = tarfile.TarInfo(name)
-            info.size, info.mode, info.uid, info.gid = len(data), mode, UID, UID
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
 
 
 class DockerSession:
@@ -333,23 +285,55 @@ class DockerSession:
         return str(p if p.is_absolute() else PurePosixPath(self.spec.mount_at) / p)
 
     def put_file(self, path: str, data: bytes) -> None:
-        target = PurePosixPath(self._inside(path))
-        r = self.exec(f"mkdir -p '{target.parent}'", timeout=30)
-        if not r.ok:
-            raise SandboxError(
-                f"put_file({path!r}): cannot create {target.parent}: {r.stderr.strip()}"
+        """Write as the agent's user (never root): the bytes are staged root-owned under a
+        random name in a root-only directory, copied to `path` by an exec as uid 65534 (which
+        cannot write where the agent cannot), and the stage is removed."""
+        target = self._inside(path)
+        name = f"{uuid.uuid4().hex}.in"
+        self._root_exec(["sh", "-c", f"mkdir -p {_STAGE} && chmod 711 {_STAGE}"])
+        self.container.put_archive(_STAGE, _tar_of({name: (data, 0o644)}, [], uid=0))
+        try:
+            r = self._raw_exec(
+                [
+                    "sh",
+                    "-c",
+                    'mkdir -p "$(dirname "$1")" && cat "$2" > "$1"',
+                    "sh",
+                    target,
+                    f"{_STAGE}/{name}",
+                ],
             )
-        self.container.put_archive(str(target.parent), _tar_of({target.name: (data, 0o644)}, []))
+        finally:
+            self._root_exec(["rm", "-f", f"{_STAGE}/{name}"])
+        if r[0] != 0:
+            err = r[2].decode("utf-8", "replace").strip()
+            raise SandboxError(f"put_file({path!r}) failed: {err}")
 
     def get_file(self, path: str) -> bytes | None:
+        """Read as the agent's user: only regular files it may read (no root-only files, no
+        FIFOs or devices), at most 256 MiB."""
+        code, out, _ = self._raw_exec(
+            ["sh", "-c", '[ -f "$1" ] && exec head -c 268435456 -- "$1"', "sh", self._inside(path)]
+        )
+        return out if code == 0 else None
+
+    def _raw_exec(self, cmd: list[str], timeout: float = 60) -> tuple[int, bytes, bytes]:
+        """(exit code, stdout, stderr) of `cmd` run as uid 65534, bytes untouched."""
+        api = self.client.api
+        wrapped = ["timeout", "-k", "2", str(int(timeout)), *cmd]
         try:
-            bits, _ = self.container.get_archive(self._inside(path))
-        except Exception:
-            return None
-        with tarfile.open(fileobj=io.BytesIO(b"".join(bits))) as tar:
-            member = next((m for m in tar.getmembers() if m.isfile()), None)
-            f = tar.extractfile(member) if member else None
-            return f.read() if f else None
+            eid = api.exec_create(
+                self.container.id, wrapped, user=f"{UID}:{UID}", workdir=self.spec.mount_at
+            )["Id"]
+            out, err = api.exec_start(eid, demux=True)
+        except Exception as e:
+            raise SandboxError(f"exec failed in container {self.container.id[:12]}: {e}") from e
+        for _ in range(100):  # podman: poll for the exit code
+            info = api.exec_inspect(eid)
+            if not info.get("Running"):
+                return int(info.get("ExitCode") or 0), out or b"", err or b""
+            time.sleep(0.05)
+        return -1, out or b"", err or b""
 
     def close(self) -> None:
         if self._closed:
@@ -386,15 +370,3 @@ class DockerExecutor:
                 c.remove(force=True)
                 n += 1
         return n
-
-
-def owner_labels() -> dict[str, str]:
-    """Labels naming this process as a container's owner (pid + start time: pid reuse safe)."""
-    from sandbox.owner import current_owner
-
-    o = current_owner()
-    return {
-        "thundersync.owner_pid": str(o.pid),
-        "thundersync.owner_host": o.host,
-        "thundersync.owner_start": f"{o.start:.2f}",
-    }

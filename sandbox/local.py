@@ -2,7 +2,9 @@
 
 Threat model. The command is untrusted model output: assume it is actively hostile.
 Covered:
-- network: a fresh network namespace with only a down loopback (no host loopback, no internet);
+- network: a fresh network namespace with only its own loopback (no host loopback, no
+  internet); with `spec.network` slirp4netns gives that namespace egress, never the host's
+  loopback or its addresses (`sandbox.netns`); without slirp4netns such a session refuses to open;
 - filesystem: read-only /usr (system tools, python3, pytest, git), a minimal generated /etc, fresh
   /proc and /dev, tmpfs /tmp; the only writable host path is the session's own copy of the task
   directory. Host files outside it are not mounted at all;
@@ -33,7 +35,7 @@ import time
 import uuid
 from pathlib import Path, PurePosixPath
 
-from sandbox import cgroups
+from sandbox import cgroups, netns
 from sandbox.executor import Backend, ExecResult, Limits, SandboxError, SessionSpec
 from sandbox.output import HeadTail, drain
 from sandbox.owner import current_owner
@@ -91,6 +93,7 @@ class LocalSession:
         )
         (self.etc / "group").write_text("root:x:0:\nnogroup:x:65534:\n")
         (self.etc / "hostname").write_text("sandbox\n")
+        (self.etc / "resolv.conf").write_text(netns.RESOLV_CONF)  # slirp4netns' DNS
         self.scratch = {p: self.root / f"scratch{i}" for i, p in enumerate(spec.scratch)}
         self._closed = False
         self.reset()
@@ -122,12 +125,16 @@ class LocalSession:
 
     # ---- command construction -------------------------------------------------------------
     def _bwrap_argv(
-        self, cmd: list[str], env: dict[str, str], binds: list[tuple[Path, str]] | None = None
+        self,
+        cmd: list[str],
+        env: dict[str, str],
+        binds: list[tuple[Path, str]] | None = None,
+        net_fds: tuple[int, int] | None = None,
     ) -> list[str]:
         argv = [_require("bwrap"), "--unshare-all", "--unshare-user", "--disable-userns"]
+        if net_fds:  # wait until slirp4netns has configured the namespace
+            argv += ["--info-fd", str(net_fds[0]), "--block-fd", str(net_fds[1])]
         argv += ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", "sandbox"]
-        if self.spec.network:
-            argv += ["--share-net"]
         argv += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
         argv += ["--ro-bind", "/usr", "/usr"]
         for target, link in _USR_LINKS:
@@ -137,9 +144,8 @@ class LocalSession:
         for name in _ETC_SHARED:
             if Path("/etc", name).exists():
                 argv += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
-        if self.spec.network and Path("/etc/resolv.conf").exists():
-            argv += ["--ro-bind", "/etc/resolv.conf", "/etc/resolv.conf"]
-        for name in ("passwd", "group", "hostname"):
+        names = ["passwd", "group", "hostname"] + (["resolv.conf"] if self.spec.network else [])
+        for name in names:
             argv += ["--ro-bind", str(self.etc / name), f"/etc/{name}"]
         argv += ["--bind", str(self.task), self.spec.mount_at]
         for inside, host in self.scratch.items():
@@ -187,7 +193,10 @@ class LocalSession:
             leaf = cgroups.CgroupLeaf.create(
                 f"{self.id}-{uuid.uuid4().hex[:6]}", limits.memory_mb, limits.pids, limits.cpus
             )
-        inner = self._limit_argv(limits, leaf is not None) + self._bwrap_argv(cmd, full_env, binds)
+        pipes = (os.pipe(), os.pipe()) if self.spec.network else None  # (info, block)
+        net_fds = (pipes[0][1], pipes[1][0]) if pipes else None
+        inner = self._limit_argv(limits, leaf is not None)
+        inner += self._bwrap_argv(cmd, full_env, binds, net_fds)
         if self.privileged:
             inner = [
                 _require("setpriv"),
@@ -215,21 +224,35 @@ class LocalSession:
                 start_new_session=True,
                 cwd="/",
                 env={"PATH": BASE_ENV["PATH"]},
+                pass_fds=net_fds or (),
             )
         except OSError as e:
             if leaf:
                 leaf.destroy()
             raise SandboxError(f"could not start bubblewrap: {e}") from e
+        finally:
+            for fd in net_fds or ():
+                os.close(fd)
         assert proc.stdout is not None and proc.stderr is not None
         threads = [drain(proc.stdout, out), drain(proc.stderr, err)]
+        net: netns.UserNet | None = None
         try:
+            if pipes:  # the sandbox blocks until slirp4netns configured its network
+                net = netns.attach(pipes[0][0], pipes[1][1], self.privileged)
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
             self._kill(proc, leaf)
+        except BaseException:
+            self._kill(proc, leaf)
+            if leaf:
+                leaf.destroy()
+            raise
         finally:
             if proc.poll() is None:
                 self._kill(proc, leaf)
+            if net:
+                net.close()
         for t in threads:
             t.join(timeout=5)
         duration = time.monotonic() - start
@@ -324,4 +347,6 @@ class LocalExecutor:
         self.base = base
 
     def open(self, spec: SessionSpec) -> LocalSession:
+        if spec.network:
+            netns.require_user_net()  # never the host's network
         return LocalSession(spec, self.base, self.privileged)

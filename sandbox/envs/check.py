@@ -57,8 +57,13 @@ def check_swe(
     def gold(env: ToolEnv) -> str:
         body = json.dumps({"path": ".tsrl_gold.patch", "content": inst.patch})
         env.step(f"<tool>create\n{body}</tool>")
-        env.step("<tool>bash\ngit apply -R .tsrl_gold.patch && rm .tsrl_gold.patch</tool>")
-        return ""
+        out = env.step(
+            "<tool>bash\ngit apply -R .tsrl_gold.patch 2>&1; rc=$?; rm .tsrl_gold.patch; exit $rc</tool>"
+        )
+        obs = out["observations"][0]["content"] if out["observations"] else ""
+        return (
+            "" if "[exit code 0]" in obs else f" (gold patch does not apply: {obs.strip()[-300:]})"
+        )
 
     env = SWESmithEnv(extras=extras)
     return _gold_and_noop(env, gold, inst.instance_id, "swesmith", "grade", t0)
@@ -68,12 +73,19 @@ def check_terminal(path: Path, executor: Executor) -> dict[str, Any]:
     t0 = time.monotonic()
     task = load_task(path)
 
+    solution = task.solution
+
     def gold(env: ToolEnv) -> str:
-        assert env.session is not None
-        sol = env.session.exec(task.solution.read_text(), timeout=task.agent_timeout)
+        assert env.session is not None and solution is not None
+        sol = env.session.exec(solution.read_text(), timeout=task.agent_timeout)
         return "" if sol.ok else f" (solution exit {sol.exit_code})"
 
     env = TerminalEnv(extras={"task": task, "executor": executor})
+    if solution is None:  # Harbor without solution/: loads for training, no gold to check
+        out = _gold_and_noop(env, lambda e: "", task.name, task.layout.value, "verdict", t0)
+        out["gold_reward"] = None
+        out["gold_reason"] = "no solution/ in the task (training only): gold not checked"
+        return out
     return _gold_and_noop(env, gold, task.name, task.layout.value, "verdict", t0)
 
 

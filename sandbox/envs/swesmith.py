@@ -3,11 +3,12 @@
 A record (JSON / JSONL) carries `instance_id, repo, patch, FAIL_TO_PASS, PASS_TO_PASS,
 image_name, problem_statement`; `patch` *creates* the bug (the gold fix is its reverse). The
 mirror repository has one branch per instance: the bug commit, then a commit that deletes the
-FAIL_TO_PASS test files, so the agent never sees the failing tests. Grading follows swesmith:
-check out the branch, restore the tests from HEAD~1, apply the model patch (git apply, then
-`--reject`, then `patch --fuzz=5`), revert every test file (test edits are discarded), run the
-eval script between the `>>>>> Start Test Output` / `End` markers under `set -uxo pipefail`,
-parse `pytest -v` / `-rA` lines, resolved = every FAIL_TO_PASS and PASS_TO_PASS test passes.
+FAIL_TO_PASS test files. Episodes never see that history: the agent works on
+`squashed_checkout(mirror, instance_id)` (the branch's tree as the one commit of a fresh
+repository) and grading runs on the squashed tree of `instance_id~1` (the bug with its tests),
+so neither `git show HEAD~1:...` nor `git apply -R` of the bug diff is possible. Grading
+(`sandbox.envs.swesmith_eval`) reads a JUnit report, never lines of the output;
+`parse_pytest_log` stays for logs of other harnesses.
 swebench / swesmith themselves are not dependencies (they pull docker-image tooling and
 dataset stacks); the parser is re-implemented and tested on their documented log format.
 """
@@ -18,11 +19,10 @@ import json
 import re
 import shutil
 import subprocess
-from dataclasses import dataclass, field
-from enum import StrEnum
-from pathlib import Path, PurePosixPath
+from dataclasses import dataclass
+from pathlib import Path
 
-from sandbox.executor import Session
+from sandbox.envs.junit import Status
 
 START_MARKER = ">>>>> Start Test Output"
 END_MARKER = ">>>>> End Test Output"
@@ -162,6 +162,25 @@ def build_mirror(source: Path, instances: list[SweInstance], dest: Path) -> Path
     return dest
 
 
+def squashed_checkout(mirror: Path, ref: str, dest: Path) -> Path:
+    """`ref`'s tree of `mirror` as a fresh repository with ONE commit: no history, no other
+    branch, no object that shows the bug diff or the tests removed from the agent's tree."""
+    dest.mkdir(parents=True)
+    archive = subprocess.run(
+        ["git", "archive", "--format=tar", ref],
+        cwd=mirror,
+        env=_GIT_ENV,
+        capture_output=True,
+    )
+    if archive.returncode != 0:
+        raise RecordError(f"git archive {ref} failed in {mirror}: {archive.stderr.decode()[-300:]}")
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
+    git(dest, "init", "-q")
+    git(dest, "add", "-A")
+    git(dest, "commit", "-q", "--allow-empty", "-m", "Initial commit")
+    return dest
+
+
 def clone_instance(mirror: Path, instance_id: str, dest: Path) -> Path:
     subprocess.run(
         ["git", "clone", "-q", "--branch", instance_id, str(mirror), str(dest)],
@@ -172,49 +191,7 @@ def clone_instance(mirror: Path, instance_id: str, dest: Path) -> Path:
     return dest
 
 
-# ---- patches -----------------------------------------------------------------------------------
-def is_test_path(path: str) -> bool:
-    p = PurePosixPath(path)
-    if any(part in ("test", "tests", "testing") for part in p.parts[:-1]):
-        return True
-    return (
-        p.name.startswith("test_")
-        or p.name.endswith("_test.py")
-        or p.name in ("conftest.py", "pytest.ini", "tox.ini")
-    )
-
-
-def split_patch(patch: str) -> list[tuple[str, str]]:
-    """[(path, file_diff)] for each `diff --git a/X b/Y` section."""
-    out = []
-    for chunk in re.split(r"(?m)^(?=diff --git )", patch):
-        m = re.match(r"diff --git a/(\S+) b/(\S+)", chunk)
-        if m:
-            out.append((m.group(2), chunk))
-    return out
-
-
-def drop_test_edits(patch: str) -> tuple[str, list[str]]:
-    kept: list[str] = []
-    dropped: list[str] = []
-    for path, chunk in split_patch(patch):
-        if is_test_path(path):
-            dropped.append(path)
-        else:
-            kept.append(chunk)
-    return "".join(kept), dropped
-
-
-# ---- grading -----------------------------------------------------------------------------------
-class Status(StrEnum):
-    PASSED = "PASSED"
-    FAILED = "FAILED"
-    SKIPPED = "SKIPPED"
-    ERROR = "ERROR"
-    XFAIL = "XFAIL"
-    XPASS = "XPASS"
-
-
+# ---- logs of other harnesses ------------------------------------------------------------------
 _STATUS = "|".join(s.value for s in Status)
 _VERBOSE = re.compile(rf"^(\S+::\S+)\s+({_STATUS})\b")
 _SUMMARY = re.compile(rf"^({_STATUS})\s+(\S+::\S+)")
@@ -238,72 +215,3 @@ def parse_pytest_log(log: str) -> dict[str, Status]:
             test_id = m.group(2).split(" - ")[0]
             out[test_id] = Status(m.group(1))
     return out
-
-
-@dataclass
-class Grade:
-    resolved: bool
-    reward: float
-    reason: str
-    f2p_failed: list[str] = field(default_factory=list)
-    p2p_failed: list[str] = field(default_factory=list)
-    dropped_test_edits: list[str] = field(default_factory=list)
-
-
-def grade(inst: SweInstance, statuses: dict[str, Status]) -> Grade:
-    good = (Status.PASSED, Status.XFAIL)
-    f2p = [t for t in inst.fail_to_pass if statuses.get(t) not in good]
-    p2p = [t for t in inst.pass_to_pass if statuses.get(t) not in good]
-    if not f2p and not p2p:
-        return Grade(True, 1.0, "resolved")
-    return Grade(False, 0.0, f"tests failed: FAIL_TO_PASS {f2p}, PASS_TO_PASS {p2p}", f2p, p2p)
-
-
-def eval_script(inst: SweInstance) -> str:
-    files = " ".join(inst.test_files)
-    return f"""#!/bin/bash
-set -uxo pipefail
-cd "$(dirname "$0")/.."
-git checkout -q HEAD~1 -- {files}
-: '{START_MARKER}'
-python3 -m pytest -v -rA -p no:cacheprovider {files}
-: '{END_MARKER}'
-"""
-
-
-APPLY = """set -u
-cd "$1"
-for t in $(git diff --name-only HEAD~1 HEAD); do git checkout -q HEAD~1 -- "$t"; done
-if git apply --verbose /tmp/model.patch; then echo APPLIED=git_apply
-elif git apply --verbose --reject /tmp/model.patch; then echo APPLIED=git_apply_reject
-elif patch --batch --fuzz=5 -p1 -i /tmp/model.patch; then echo APPLIED=patch_fuzz
-else echo APPLY_FAILED; exit 1; fi
-"""
-
-
-def evaluate(session: Session, inst: SweInstance, model_patch: str, timeout: float = 300) -> Grade:
-    """Grade `model_patch` in a fresh session whose task dir is a clone of the instance branch."""
-    patch, dropped = drop_test_edits(model_patch)
-    session.put_file(".tsrl/eval.sh", eval_script(inst).encode())
-    if patch.strip():
-        session.put_file(".tsrl/model.patch", patch.encode())
-        session.put_file(".tsrl/apply.sh", APPLY.encode())
-        r = session.exec(
-            f"cp .tsrl/model.patch /tmp/model.patch && bash .tsrl/apply.sh {session.workdir_inside} 2>&1",
-            timeout=120,
-        )
-        if r.timed_out or r.exit_code != 0:
-            tail = r.stdout.strip()[-300:]
-            return Grade(False, 0.0, f"apply failed: {tail}", dropped_test_edits=dropped)
-    # revert test files to the instance's state (the F2P tests as in HEAD~1)
-    session.exec(f"git checkout -q HEAD~1 -- {' '.join(inst.test_files)}; rm -f *.rej", timeout=60)
-    r = session.exec("bash .tsrl/eval.sh 2>&1", timeout=timeout)
-    if r.timed_out:
-        return Grade(False, 0.0, f"timeout after {timeout}s", dropped_test_edits=dropped)
-    g = grade(inst, parse_pytest_log(r.stdout))
-    g.dropped_test_edits = dropped
-    if not patch.strip():
-        g.reason = "empty patch; " + g.reason
-    if dropped:
-        g.reason += f" (test edits discarded: {dropped})"
-    return g

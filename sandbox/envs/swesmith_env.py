@@ -5,11 +5,12 @@ extras:
   instances_path JSON / JSONL of records (default: the shipped fixtures)
   repos_dir      directory of git mirrors named after the record's repo (default: fixture mirrors)
   eval_timeout   (300 s); and those of `sandbox.envs.base` (backend, max_turns 30, tool_timeout 60)
-The agent works in /testbed on the instance branch (the failing tests removed); tools and the
-action format are in `sandbox.envs.tools`. On `submit` (or at max_turns) the diff of the work
-tree is taken, the agent's session given back, and the diff graded in another session reset to
-the instance branch (see `sandbox.envs.swesmith.evaluate`): reward 1 or 0, the reason in
-metadata["grade"]. Both sessions are opened on a per-process clone of the instance branch
+The agent works in /testbed on the instance branch's tree (the failing tests removed) as the
+one commit of a fresh repository: no history holds the bug diff or the hidden tests. Tools and
+the action format are in `sandbox.envs.tools`. On `submit` (or at max_turns) the diff of the
+work tree is taken, the agent's session given back, and the diff graded in a fresh session on
+the squashed tree of the bug commit with its tests (see `sandbox.envs.swesmith_eval.evaluate`):
+reward 1 or 0, the reason in metadata["grade"]. Both trees are per-process squashed checkouts
 (`Workspaces`), shared by every env of the instance, so the pool reuses their sessions.
 """
 
@@ -29,14 +30,13 @@ from skyrl_gym.envs.base_text_env import ConversationType
 
 from sandbox.envs.base import ToolEnv
 from sandbox.envs.swesmith import (
-    Grade,
     RecordError,
     SweInstance,
-    clone_instance,
-    evaluate,
     load_instances,
     parse_record,
+    squashed_checkout,
 )
+from sandbox.envs.swesmith_eval import REPORT_DIR, Grade, evaluate
 from sandbox.envs.tools import TOOL_HELP
 from sandbox.executor import Session, SessionSpec
 
@@ -44,11 +44,11 @@ MOUNT = "/testbed"
 
 
 class Workspaces:
-    """Per-process clones of instance branches: the (read-only) workdir of the SWE sessions.
+    """Per-process squashed checkouts of instance refs: the (read-only) workdir of SWE sessions.
 
-    `acquire` gives the clone of (mirror, instance), made on first use and shared while any env
-    holds it; `release` drops a hold. At most `keep` clones nobody holds are kept (oldest
-    deleted first); all go at exit. Sessions copy their workdir, so a clone is never written.
+    `acquire` gives the checkout of (mirror, ref), made on first use and shared while any env
+    holds it; `release` drops a hold. At most `keep` checkouts nobody holds are kept (oldest
+    deleted first); all go at exit. Sessions copy their workdir, so a checkout is never written.
     """
 
     def __init__(self, keep: int = 32) -> None:
@@ -57,17 +57,17 @@ class Workspaces:
         self._holds: dict[Path, int] = {}  # in use order: the last is the most recent
         self._root: Path | None = None
 
-    def _path(self, mirror: Path, instance_id: str) -> Path:
+    def _path(self, mirror: Path, ref: str) -> Path:
         with self._lock:
             if self._root is None:
                 self._root = Path(tempfile.mkdtemp(prefix="tsrl-swe-"))
                 atexit.register(shutil.rmtree, self._root, True)
             root = self._root
-        digest = hashlib.sha256(f"{mirror.resolve()}\0{instance_id}".encode()).hexdigest()[:12]
-        return root / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', instance_id)[:60]}-{digest}"
+        digest = hashlib.sha256(f"{mirror.resolve()}\0{ref}".encode()).hexdigest()[:12]
+        return root / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', ref)[:60]}-{digest}"
 
-    def acquire(self, mirror: Path, instance_id: str) -> Path:
-        path = self._path(mirror, instance_id)
+    def acquire(self, mirror: Path, ref: str) -> Path:
+        path = self._path(mirror, ref)
         with self._lock:
             self._holds[path] = self._holds.pop(path, 0) + 1
             ready = path.exists()
@@ -75,7 +75,7 @@ class Workspaces:
             return path
         tmp = Path(tempfile.mkdtemp(prefix=".clone-", dir=path.parent))
         try:
-            clone_instance(mirror, instance_id, tmp / "repo")
+            squashed_checkout(mirror, ref, tmp / "repo")
             with self._lock:
                 if not path.exists():
                     (tmp / "repo").rename(path)
@@ -114,7 +114,7 @@ class SWESmithEnv(ToolEnv):
                 f"{self.mirror}; pass extras['repos_dir'] holding <repo name>/ mirrors"
             )
         self.eval_timeout = float(extras.get("eval_timeout", 300))
-        self._workspace: Path | None = None
+        self._workspaces: dict[str, Path] = {}
         self.grade: Grade | None = None
 
     @staticmethod
@@ -131,9 +131,15 @@ class SWESmithEnv(ToolEnv):
         raise RecordError("extras['instance'] must be a SWE-smith record (dict) or an instance_id")
 
     def _spec(self, label: str) -> SessionSpec:
-        if self._workspace is None:
-            self._workspace = WORKSPACES.acquire(self.mirror, self.instance.instance_id)
-        return SessionSpec(workdir=self._workspace, mount_at=MOUNT, label=label)
+        """The agent's tree (the instance branch) or, for "swe-eval", the bug commit's tree
+        with the instance's tests; either as a one-commit repository."""
+        ref = self.instance.instance_id + ("~1" if label == "swe-eval" else "")
+        if ref not in self._workspaces:
+            self._workspaces[ref] = WORKSPACES.acquire(self.mirror, ref)
+        scratch = (REPORT_DIR,) if label == "swe-eval" else ()
+        return SessionSpec(
+            workdir=self._workspaces[ref], mount_at=MOUNT, label=label, scratch=scratch
+        )
 
     def prompt(self) -> ConversationType:
         return [
@@ -178,6 +184,6 @@ class SWESmithEnv(ToolEnv):
 
     def close(self) -> None:
         super().close()
-        if self._workspace is not None:
-            WORKSPACES.release(self._workspace)
-            self._workspace = None
+        for path in self._workspaces.values():
+            WORKSPACES.release(path)
+        self._workspaces = {}

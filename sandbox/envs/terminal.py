@@ -1,21 +1,26 @@
 """Terminal-Bench task directories: TB1 / SETA (task.yaml) and Harbor / TB2 (task.toml).
 
 TB1 / SETA: task.yaml (instruction, max_agent_timeout_sec, max_test_timeout_sec), Dockerfile,
-run-tests.sh, solution.sh, tests/test_outputs.py, optional weights.json {test_name: weight}
-(SETA partial reward = passed weight / total weight; without it the reward is 1 only when every
-test passes). Harbor / TB2: task.toml ([agent] timeout_sec, [verifier] timeout_sec,
-[environment] cpus, memory_mb, allow_internet), instruction.md, environment/, solution/solve.sh,
-tests/test.sh; the reward is read from /logs/verifier/reward.json (its "reward" key, else the
-mean of its numbers) or reward.txt (a float).
+run-tests.sh (optional: Terminal-Bench's default runner is used without it), solution.sh,
+tests/test_outputs.py, optional weights.json {test_name: weight} (SETA partial reward = passed
+weight / total weight; a weight naming no test function of tests/ is an error; without weights
+the reward is 1 only when every test passes). Harbor / TB2: task.toml ([agent] timeout_sec,
+[verifier] timeout_sec, [environment] cpus, memory_mb or memory ("2G", "512M"),
+allow_internet), instruction.md, environment/, solution/solve.sh (optional: a task without it
+loads for training, its gold is not checked), tests/test.sh; the reward is read from
+/logs/verifier/reward.json (its "reward" key, else the mean of its numbers) or reward.txt.
 The agent works in /app, seeded from `app/` (TB1) or `environment/app/` (Harbor) when present.
 Dockerfiles are *not* built: tasks run on the sandbox base (python3, pytest, git); the docker
-backend uses the task image only when `image` is given. Tests are copied into /tests only at
-verification time, so the agent never sees them.
+backend uses the task image only when `image` is given. The verifier runs in a session of its
+own after the agent's (`sandbox.envs.terminal_verify`): tests are copied in only then.
 """
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import json
+import re
 import tomllib
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -24,8 +29,10 @@ from typing import Any
 
 import yaml
 
-from sandbox.envs.swesmith import Status, parse_pytest_log
-from sandbox.executor import Limits, Session, SessionSpec
+from sandbox.envs.terminal_verify import Verdict, snapshot_app, verify
+from sandbox.executor import Limits, SessionSpec
+
+__all__ = ["Layout", "TaskError", "TerminalTask", "Verdict", "load_task", "snapshot_app", "verify"]
 
 APP = "/app"
 SCRATCH = ("/tests", "/logs")
@@ -47,8 +54,8 @@ class TerminalTask:
     instruction: str
     agent_timeout: float
     test_timeout: float
-    verifier: Path  # run-tests.sh (TB1) or tests/test.sh (Harbor)
-    solution: Path
+    verifier: Path | None  # run-tests.sh (TB1; None: the default runner) or tests/test.sh
+    solution: Path | None  # None: a Harbor task without solution/ (training only)
     weights: dict[str, float] | None = None
     limits: Limits = field(default_factory=Limits)
     network: bool = False
@@ -72,6 +79,16 @@ class TerminalTask:
             label=f"term-{self.name}",
         )
 
+    def verify_spec(self) -> SessionSpec:
+        """The verifier's own session: an empty /app (the agent's is restored into it)."""
+        return SessionSpec(
+            mount_at=APP,
+            network=self.network,
+            limits=self.limits,
+            scratch=SCRATCH,
+            label=f"term-verify-{self.name}",
+        )
+
 
 def _need(path: Path, what: str) -> Path:
     if not path.is_file():
@@ -84,6 +101,21 @@ def _number(src: Path, table: dict[str, Any], key: str, default: float) -> float
     if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
         raise TaskError(f"{src}: field {key!r} must be a positive number of seconds, got {value!r}")
     return float(value)
+
+
+def _test_functions(tests: Path) -> set[str]:
+    names: set[str] = set()
+    for f in sorted(tests.rglob("*.py")) if tests.is_dir() else []:
+        try:
+            tree = ast.parse(f.read_text())
+        except (SyntaxError, UnicodeDecodeError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith(
+                "test"
+            ):
+                names.add(node.name)
+    return names
 
 
 def _weights(path: Path) -> dict[str, float] | None:
@@ -100,7 +132,38 @@ def _weights(path: Path) -> dict[str, float] | None:
             raise TaskError(f"{path}: weight of {k!r} must be a number >= 0, got {v!r}")
     if sum(data.values()) <= 0:
         raise TaskError(f"{path}: weights sum to 0; at least one must be positive")
+    known = _test_functions(path.parent / "tests")
+    unknown = sorted(k for k in data if k.split("::")[-1] not in known)
+    if unknown:
+        raise TaskError(
+            f"{path}: weight for {unknown[0]!r} names no test function in "
+            f"{path.parent / 'tests'} (known: {sorted(known)})"
+        )
     return {str(k): float(v) for k, v in data.items()}
+
+
+_UNITS = {"": 1 / 2**20, "k": 1 / 1024, "m": 1, "g": 1024, "t": 1024**2}
+
+
+def _memory_mb(src: Path, env: dict[str, Any]) -> int:
+    """[environment] memory_mb (an integer) or memory ("2G", "512M", "1.5Gi", "1024MB")."""
+    if "memory_mb" in env and "memory" in env:
+        raise TaskError(f"{src}: [environment] has both memory_mb and memory; keep one")
+    if "memory" in env:
+        value = env["memory"]
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b?)\s*", str(value), re.I)
+        if isinstance(value, bool) or not isinstance(value, str) or not m:
+            raise TaskError(
+                f'{src}: [environment] memory must be a size string like "2G" or "512M", '
+                f"got {value!r} (or give memory_mb as an integer)"
+            )
+        mem = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+        field_name = "memory"
+    else:
+        mem, field_name = env.get("memory_mb", 1024), "memory_mb"
+    if isinstance(mem, bool) or not isinstance(mem, int) or mem < 64:
+        raise TaskError(f"{src}: [environment] {field_name} must be at least 64 MB, got {mem!r}")
+    return mem
 
 
 def load_task(path: str | Path) -> TerminalTask:
@@ -131,7 +194,7 @@ def _load_tb1(p: Path) -> TerminalTask:
         instruction=instruction.strip(),
         agent_timeout=_number(src, meta, "max_agent_timeout_sec", 600),
         test_timeout=_number(src, meta, "max_test_timeout_sec", 120),
-        verifier=_need(p / "run-tests.sh", "the TB1 test runner"),
+        verifier=p / "run-tests.sh" if (p / "run-tests.sh").is_file() else None,
         solution=_need(p / "solution.sh", "the oracle solution"),
         weights=_weights(p / "weights.json"),
     )
@@ -150,14 +213,19 @@ def _load_harbor(p: Path) -> TerminalTask:
             raise TaskError(f"{src}: [{name}] must be a table")
         tables[name] = t
     env = tables["environment"]
+    if "steps" in meta:
+        raise TaskError(
+            f"{src}: [[steps]]: multi-step tasks are not supported (one instruction.md)"
+        )
     instr = _need(p / "instruction.md", "the task instruction").read_text().strip()
     if not instr:
         raise TaskError(f"{p / 'instruction.md'}: empty; write the task for the agent there")
-    mem = env.get("memory_mb", 1024)
+    mem = _memory_mb(src, env)
     cpus = env.get("cpus", 1)
-    if not isinstance(mem, int) or mem < 64:
-        raise TaskError(f"{src}: [environment] memory_mb must be an integer >= 64, got {mem!r}")
-    if not isinstance(cpus, int | float) or cpus <= 0:
+    if isinstance(cpus, str):
+        with contextlib.suppress(ValueError):
+            cpus = float(cpus)
+    if isinstance(cpus, bool) or not isinstance(cpus, int | float) or not 0 < cpus < 1e4:
         raise TaskError(f"{src}: [environment] cpus must be a positive number, got {cpus!r}")
     return TerminalTask(
         path=p,
@@ -166,75 +234,7 @@ def _load_harbor(p: Path) -> TerminalTask:
         agent_timeout=_number(src, tables["agent"], "timeout_sec", 600),
         test_timeout=_number(src, tables["verifier"], "timeout_sec", 120),
         verifier=_need(p / "tests" / "test.sh", "the Harbor verifier"),
-        solution=_need(p / "solution" / "solve.sh", "the oracle solution"),
+        solution=p / "solution/solve.sh" if (p / "solution/solve.sh").is_file() else None,
         limits=Limits(memory_mb=mem, cpus=float(cpus)),
         network=bool(env.get("allow_internet", False)),
     )
-
-
-@dataclass
-class Verdict:
-    reward: float
-    reason: str
-    tests: dict[str, str] = field(default_factory=dict)
-
-
-def _copy_tests(session: Session, task: TerminalTask) -> None:
-    tests = task.path / "tests"
-    for f in sorted(tests.rglob("*")):
-        if f.is_file() and "__pycache__" not in f.parts:
-            session.put_file(f"/tests/{f.relative_to(tests)}", f.read_bytes())
-    if task.layout is Layout.TB1:
-        session.put_file("/tests/run-tests.sh", task.verifier.read_bytes())
-
-
-def verify(session: Session, task: TerminalTask) -> Verdict:
-    """Run the task's verifier in `session` (after the agent) and compute the reward in [0, 1]."""
-    _copy_tests(session, task)
-    if task.layout is Layout.TB1:
-        r = session.exec("TEST_DIR=/tests bash /tests/run-tests.sh 2>&1", timeout=task.test_timeout)
-        if r.timed_out:
-            return Verdict(0.0, f"verifier timeout after {task.test_timeout}s")
-        by_name: dict[str, Status] = {
-            tid.split("::")[-1]: st for tid, st in parse_pytest_log(r.stdout).items()
-        }
-        tests = {k: v.value for k, v in by_name.items()}
-        if not by_name:
-            return Verdict(0.0, "no test results in the verifier output", tests)
-        if task.weights:
-            total = sum(task.weights.values())
-            got = sum(w for n, w in task.weights.items() if by_name.get(n) is Status.PASSED)
-            return Verdict(got / total, f"weighted: {got:g} of {total:g}", tests)
-        failed = [n for n, s in by_name.items() if s is not Status.PASSED]
-        return Verdict(
-            0.0 if failed else 1.0, f"failed: {failed}" if failed else "all tests passed", tests
-        )
-    r = session.exec(
-        "mkdir -p /logs/verifier && bash /tests/test.sh 2>&1", timeout=task.test_timeout
-    )
-    if r.timed_out:
-        return Verdict(0.0, f"verifier timeout after {task.test_timeout}s")
-    raw = session.get_file("/logs/verifier/reward.json")
-    if raw is not None:
-        try:
-            data = json.loads(raw)
-            nums = (
-                [v for v in data.values() if isinstance(v, int | float)]
-                if isinstance(data, dict)
-                else []
-            )
-            value = (
-                float(data["reward"])
-                if isinstance(data, dict) and "reward" in data
-                else sum(nums) / len(nums)
-            )
-        except (ValueError, TypeError, KeyError, ZeroDivisionError):
-            return Verdict(0.0, "reward.json is not a JSON object with numeric values")
-        return Verdict(min(1.0, max(0.0, value)), "reward.json")
-    raw = session.get_file("/logs/verifier/reward.txt")
-    if raw is None:
-        return Verdict(0.0, f"verifier wrote no reward (exit {r.exit_code}): {r.stdout[-200:]}")
-    try:
-        return Verdict(min(1.0, max(0.0, float(raw.decode().strip()))), "reward.txt")
-    except ValueError:
-        return Verdict(0.0, f"reward.txt is not a float: {raw[:50]!r}")

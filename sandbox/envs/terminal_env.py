@@ -3,9 +3,10 @@
 extras: `task` (a task directory or a loaded `TerminalTask`), and those of `sandbox.envs.base`
 (`backend`, `max_turns` 30, `tool_timeout` 60 s). The prompt is the task instruction plus the
 tool list; the agent acts in /app with the tools of `sandbox.envs.tools`; on `submit` (or
-max_turns) the verifier runs in the same session and its reward in [0, 1] ends the episode
-(metadata["verdict"] says why). The session is the task's `session_spec()` from the pool, so
-envs of one task reuse each other's sessions (reset in between).
+max_turns) the agent's /app is packed, its session given back (no process of it survives), and
+the verifier runs in a fresh session of the task's `verify_spec()` with the task's own tests
+(`sandbox.envs.terminal_verify`); its reward in [0, 1] ends the episode (metadata["verdict"]
+says why). Sessions come from the pool, so envs of one task reuse each other's (reset between).
 """
 
 from __future__ import annotations
@@ -16,7 +17,14 @@ from typing import Any
 from skyrl_gym.envs.base_text_env import ConversationType
 
 from sandbox.envs.base import ToolEnv
-from sandbox.envs.terminal import TaskError, TerminalTask, Verdict, load_task, verify
+from sandbox.envs.terminal import (
+    TaskError,
+    TerminalTask,
+    Verdict,
+    load_task,
+    snapshot_app,
+    verify,
+)
 from sandbox.envs.tools import TOOL_HELP
 from sandbox.executor import Session
 
@@ -53,5 +61,11 @@ class TerminalEnv(ToolEnv):
 
     def finish(self, note: str) -> tuple[float, dict[str, Any]]:
         assert self.session is not None
-        self.verdict = verify(self.session, self.task)
+        app = snapshot_app(self.session)
+        self.release_session()  # every agent process gone; an env never holds two leases
+        if app is None:
+            self.verdict = Verdict(0.0, "could not pack the agent's /app for the verifier")
+        else:
+            with self.pool.acquire(self.task.verify_spec()) as s:
+                self.verdict = verify(s, self.task, app)
         return self.verdict.reward, {"verdict": asdict(self.verdict), "task": self.task.name}

@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 
-from sandbox.executor import Session
+from sandbox.executor import SandboxError, Session
 
 
 class Tool(StrEnum):
@@ -118,10 +118,16 @@ def run_tool(session: Session, call: ToolCall, timeout: float, max_chars: int = 
         n = text.count(args["old"]) if args["old"] else 0
         if n != 1:
             return f"error: `old` occurs {n} times in {args['path']}; it must occur exactly once"
-        session.put_file(args["path"], text.replace(args["old"], args["new"]).encode())
+        try:
+            session.put_file(args["path"], text.replace(args["old"], args["new"]).encode())
+        except SandboxError as e:  # e.g. a path the agent's user may not write
+            return f"error: {e}"
         return f"edited {args['path']}"
     if call.tool is Tool.CREATE:
         args = _json_body(call, ("path", "content"))
-        session.put_file(args["path"], args["content"].encode())
+        try:
+            session.put_file(args["path"], args["content"].encode())
+        except SandboxError as e:  # e.g. a path the agent's user may not write
+            return f"error: {e}"
         return f"wrote {args['path']} ({len(args['content'])} chars)"
     raise ToolCallError(f"{call.tool} is not executable here")

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from sandbox.docker_backend import DockerExecutor
-from sandbox.executor import SessionSpec
+from sandbox.executor import SandboxError, SessionSpec
 from sandbox.selftest import ATTACKS, run_selftest
 
 
@@ -60,3 +60,26 @@ def test_wedged_container_recovers_by_restart_keeping_files(
         after = s.exec("echo alive", timeout=30)
         assert after.stdout.strip() == "alive", after
         assert s.get_file("keep.txt") == b"kept"
+
+
+def test_file_tools_act_as_the_agent_user_not_root(docker_executor: DockerExecutor) -> None:
+    with docker_executor.open(SessionSpec(label="files")) as s:
+        s.put_file("mine.txt", b"\x00bin\xff")
+        assert s.exec("stat -c %u mine.txt").stdout.strip() == "65534"
+        assert s.get_file("mine.txt") == b"\x00bin\xff"
+        with pytest.raises(SandboxError, match="put_file"):
+            s.put_file("/etc/tsrl-evil", b"root write")  # root-owned dir: the agent cannot
+        assert s.exec("test -e /etc/tsrl-evil || echo absent").stdout.strip() == "absent"
+        api = s.client.api  # a root-only file (as the image's /etc/shadow is)
+        eid = api.exec_create(
+            s.container.id,
+            ["sh", "-c", "echo s3cret > /root-only && chmod 600 /root-only"],
+            user="0",
+        )
+        api.exec_start(eid)
+        time.sleep(0.5)
+        assert s.exec("cat /root-only 2>&1").exit_code != 0
+        assert s.get_file("/root-only") is None
+        s.exec("mkfifo fifo")
+        assert s.get_file("fifo") is None  # no hang on a FIFO
+        assert s.exec("ls -A /run/tsrl-stage").stdout == ""  # no staged bytes left behind

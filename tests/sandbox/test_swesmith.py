@@ -8,14 +8,8 @@ import skyrl_gym
 
 import sandbox.envs  # noqa: F401  (registers the envs)
 from sandbox.envs.fixtures import SWESMITH_INSTANCES
-from sandbox.envs.swesmith import (
-    RecordError,
-    Status,
-    drop_test_edits,
-    grade,
-    load_instances,
-    parse_pytest_log,
-)
+from sandbox.envs.swesmith import RecordError, Status, load_instances, parse_pytest_log
+from sandbox.envs.swesmith_eval import drop_test_edits, grade
 
 # A log in the format swebench's pytest parser documents: -v lines plus the -rA summary.
 LOG = """+ : '>>>>> Start Test Output'

@@ -109,3 +109,30 @@ def test_env_check_single_task_path_and_bad_path_error(tmp_path: Path) -> None:
         text=True,
     )
     assert bad.returncode == 2 and "expected task.yaml" in bad.stderr
+
+
+def test_harbor_memory_strings_steps_and_missing_solution(tmp_path: Path) -> None:
+    h = tmp_path / "h"
+    shutil.copytree(TERMINAL_DIR / "harbor-sort-unique", h)
+    toml = (h / "task.toml").read_text()
+    body = "\n".join(line for line in toml.splitlines() if not line.startswith("memory"))
+    (h / "task.toml").write_text(body.replace("[environment]", '[environment]\nmemory = "2G"'))
+    assert load_task(h).limits.memory_mb == 2048
+    (h / "task.toml").write_text(body.replace("[environment]", '[environment]\nmemory = "lots"'))
+    with pytest.raises(TaskError, match=r"task.toml: \[environment\] memory must be a size"):
+        load_task(h)
+    (h / "task.toml").write_text(body)
+    shutil.rmtree(h / "solution")
+    assert load_task(h).solution is None  # loads for training; the gold check says so
+    (h / "task.toml").write_text(body + '\n[[steps]]\nname = "one"\n')
+    with pytest.raises(TaskError, match="multi-step tasks are not supported"):
+        load_task(h)
+
+
+def test_weight_naming_no_test_is_an_error_naming_it(tmp_path: Path) -> None:
+    bad = tmp_path / "t"
+    shutil.copytree(TERMINAL_DIR / "seta-csv-summary", bad)
+    weights = json.loads((bad / "weights.json").read_text())
+    (bad / "weights.json").write_text(json.dumps({**weights, "test_does_not_exist": 1}))
+    with pytest.raises(TaskError, match=r"weights.json: weight for 'test_does_not_exist' names no"):
+        load_task(bad)

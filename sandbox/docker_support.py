@@ -1,0 +1,82 @@
+"""Helpers of the docker backend: the engine socket, owner labels, tar archives."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import subprocess
+import tarfile
+import time
+from pathlib import Path
+
+from sandbox.executor import SandboxError
+
+PODMAN_SOCKET = "/run/podman/podman.sock"
+UID = 65534
+
+
+def ensure_podman_socket(path: str = PODMAN_SOCKET, idle_s: int = 600) -> str:
+    """URL of a Docker-compatible socket: DOCKER_HOST, a running podman service, or a new one."""
+    if os.environ.get("DOCKER_HOST"):
+        return os.environ["DOCKER_HOST"]
+    if os.path.exists("/var/run/docker.sock"):
+        return "unix:///var/run/docker.sock"
+    url = f"unix://{path}"
+    if _ping(url):
+        return url
+    if not shutil.which("podman"):
+        raise SandboxError(
+            "no Docker engine and no podman: run `sudo bash scripts/setup.d/20-sandbox.sh` "
+            "(installs podman + runc and imports the sandbox image)"
+        )
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    subprocess.Popen(
+        ["podman", "system", "service", f"--time={idle_s}", url],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        cwd="/",  # conmon inherits it and drops an "oom" marker there after an OOM kill
+    )
+    for _ in range(100):
+        if _ping(url):
+            return url
+        time.sleep(0.1)
+    raise SandboxError(f"podman system service did not answer on {url} within 10 s")
+
+
+def _ping(url: str) -> bool:
+    import docker
+
+    try:
+        docker.DockerClient(base_url=url, timeout=5).ping()
+        return True
+    except Exception:
+        return False
+
+
+def _tar_of(files: dict[str, tuple[bytes, int]], dirs: list[str], uid: int = UID) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for d in dirs:
+            info = tarfile.TarInfo(d)
+            info.type, info.mode, info.uid, info.gid = tarfile.DIRTYPE, 0o755, UID, UID
+            tar.addfile(info)
+        for name, (data, mode) in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.uid, info.gid = len(data), mode, uid, uid
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def owner_labels() -> dict[str, str]:
+    """Labels naming this process as a container's owner (pid + start time: pid reuse safe)."""
+    from sandbox.owner import current_owner
+
+    o = current_owner()
+    return {
+        "thundersync.owner_pid": str(o.pid),
+        "thundersync.owner_host": o.host,
+        "thundersync.owner_start": f"{o.start:.2f}",
+    }

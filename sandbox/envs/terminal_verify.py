@@ -1,0 +1,173 @@
+"""Verification of a terminal task in a session of its own: the agent's files, the task's tests.
+
+The verifier never runs in the agent's session. When the agent is done, its /app is packed
+(`snapshot_app`, as the agent's user: only what it could read), the agent's session is given
+back (every process of it gone), and `verify` runs in a fresh session opened for
+`TerminalTask.verify_spec()`: /app is restored from the snapshot, /tests and /logs are emptied
+and the task's own test files copied in (an agent-written conftest.py, run-tests.sh or test.sh
+never gets there), /logs/verifier is created empty (a pre-written reward.txt / reward.json of
+the agent cannot exist there), and the verifier runs with `PYTHONSAFEPATH=1` and
+`PYTHONNOUSERSITE=1` (an agent's /app/pytest.py or sitecustomize.py is not importable by the
+test runner), `-p no:cacheprovider`.
+TB1 / SETA results come from a JUnit report pytest writes to an unguessable path
+(`PYTEST_ADDOPTS=--junitxml=...`), never from lines of the output; Harbor rewards from the
+reward file the verifier wrote: a value outside [0, 1] or not finite is a verifier error (reward
+0 with a reason naming the file), never clamped. Failing reasons end with the verifier output.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sandbox.envs.junit import ReportError, Status, by_function, parse_junit, report_path
+from sandbox.executor import ExecResult, Session
+
+if TYPE_CHECKING:
+    from sandbox.envs.terminal import TerminalTask
+
+APP = "/app"
+SNAPSHOT = "/logs/.tsrl-app.tar"
+VERIFY_ENV = {"PYTHONSAFEPATH": "1", "PYTHONNOUSERSITE": "1", "TEST_DIR": "/tests"}
+# Terminal-Bench 1's default runner (a task without run-tests.sh): pytest on its test_outputs.py
+DEFAULT_TB1_RUNNER = """#!/bin/bash
+cd /app 2>/dev/null || cd /
+python3 -m pytest -rA "$TEST_DIR/test_outputs.py"
+"""
+REWARD_FILES = ("/logs/verifier/reward.json", "/logs/verifier/reward.txt")
+
+
+@dataclass
+class Verdict:
+    reward: float
+    reason: str
+    tests: dict[str, str] = field(default_factory=dict)
+
+
+def _tail(r: ExecResult, n: int = 600) -> str:
+    text = (r.stdout + r.stderr).strip()
+    return ("..." + text[-n:]) if len(text) > n else text
+
+
+def snapshot_app(session: Session) -> bytes | None:
+    """The agent's /app as a tar (packed as the agent's user), or None when it cannot be read."""
+    r = session.exec(f"rm -f {SNAPSHOT}; tar -C {APP} -cf {SNAPSHOT} . 2>&1", timeout=300)
+    data = session.get_file(SNAPSHOT)
+    session.exec(f"rm -f {SNAPSHOT}", timeout=60)
+    return data if data and r.exit_code in (0, 1) else None
+
+
+def _prepare(session: Session, task: TerminalTask, app_tar: bytes | None) -> None:
+    session.exec("rm -rf /tests/* /tests/.[!.]* /logs/* /logs/.[!.]*", timeout=60)
+    if app_tar is not None:
+        session.put_file(SNAPSHOT, app_tar)
+        r = session.exec(
+            f"rm -rf {APP}/* {APP}/.[!.]* {APP}/..?* && tar -C {APP} -xf {SNAPSHOT} 2>&1; "
+            f"rc=$?; rm -f {SNAPSHOT}; exit $rc",
+            timeout=300,
+        )
+        if r.exit_code != 0:
+            raise ReportError(f"could not restore the agent's /app: {_tail(r)}")
+    tests = task.path / "tests"
+    for f in sorted(tests.rglob("*")) if tests.is_dir() else []:
+        if f.is_file() and "__pycache__" not in f.parts:
+            session.put_file(f"/tests/{f.relative_to(tests)}", f.read_bytes())
+    if task.layout.value == "tb1":
+        runner = task.verifier.read_bytes() if task.verifier else DEFAULT_TB1_RUNNER.encode()
+        session.put_file("/tests/run-tests.sh", runner)
+    session.exec("rm -rf /logs/verifier && mkdir -p /logs/verifier", timeout=60)
+
+
+def verify(session: Session, task: TerminalTask, app_tar: bytes | None = None) -> Verdict:
+    """Run the task's verifier in `session` (a fresh one: see the module doc) on the agent's
+    /app `app_tar` and compute the reward in [0, 1]."""
+    try:
+        _prepare(session, task, app_tar)
+    except ReportError as e:
+        return Verdict(0.0, str(e))
+    report = report_path()
+    addopts = "-p no:cacheprovider" + (
+        f" --junitxml={report}" if task.layout.value == "tb1" else ""
+    )
+    env = {**VERIFY_ENV, "PYTEST_ADDOPTS": addopts}
+    script = "/tests/run-tests.sh" if task.layout.value == "tb1" else "/tests/test.sh"
+    r = session.exec(f"bash {script} 2>&1", timeout=task.test_timeout, env=env)
+    if r.timed_out:
+        return Verdict(0.0, f"verifier timeout after {task.test_timeout}s: {_tail(r)}")
+    if task.layout.value == "tb1":
+        return _tb1_verdict(session, task, report, r)
+    return read_reward(session, r)
+
+
+def _tb1_verdict(session: Session, task: TerminalTask, report: str, r: ExecResult) -> Verdict:
+    data = session.get_file(report)
+    session.exec(f"rm -rf {shlex.quote(report.rsplit('/', 1)[0])}", timeout=60)
+    if data is None:
+        return Verdict(
+            0.0, f"no test report: the runner ran no pytest (exit {r.exit_code}): {_tail(r)}"
+        )
+    try:
+        by_name = by_function(parse_junit(data))
+    except ReportError as e:
+        return Verdict(0.0, f"{e}: {_tail(r)}")
+    tests = {k: v.value for k, v in by_name.items()}
+    if not by_name:
+        return Verdict(0.0, f"no tests ran: {_tail(r)}", tests)
+    if task.weights:
+        total = sum(task.weights.values())
+        got = sum(w for n, w in task.weights.items() if by_name.get(n) is Status.PASSED)
+        return Verdict(got / total, f"weighted: {got:g} of {total:g}", tests)
+    failed = [n for n, s in by_name.items() if s not in (Status.PASSED, Status.XFAIL)]
+    if failed:
+        return Verdict(0.0, f"failed: {failed}: {_tail(r)}", tests)
+    return Verdict(1.0, "all tests passed", tests)
+
+
+def _checked(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ReportError(f"verifier error: {where} holds {value!r}, not a number")
+    if not math.isfinite(value) or not 0.0 <= value <= 1.0:
+        raise ReportError(
+            f"verifier error: {where} holds {value!r}; a reward must be a finite number in [0, 1]"
+        )
+    return float(value)
+
+
+def read_reward(session: Session, r: ExecResult) -> Verdict:
+    """Harbor: /logs/verifier/reward.json ("reward", else the mean of its numbers) or
+    reward.txt (one float), as the verifier wrote it."""
+    json_path, txt_path = REWARD_FILES
+    try:
+        raw = session.get_file(json_path)
+        if raw is not None:
+            try:
+                data = json.loads(raw)
+            except ValueError:
+                raise ReportError(f"verifier error: {json_path} is not valid JSON") from None
+            if not isinstance(data, dict) or not data:
+                raise ReportError(f"verifier error: {json_path} must be a non-empty JSON object")
+            if "reward" in data:
+                value = _checked(data["reward"], f"{json_path} key 'reward'")
+            else:
+                nums = [_checked(v, f"{json_path} key {k!r}") for k, v in data.items()]
+                value = sum(nums) / len(nums)
+            return _harbor(value, json_path, r)
+        raw = session.get_file(txt_path)
+        if raw is None:
+            return Verdict(0.0, f"verifier wrote no reward (exit {r.exit_code}): {_tail(r)}")
+        text = raw.decode("utf-8", "replace").strip()
+        try:
+            number = float(text)
+        except ValueError:
+            raise ReportError(f"verifier error: {txt_path} is not a float: {text[:50]!r}") from None
+        return _harbor(_checked(number, txt_path), txt_path, r)
+    except ReportError as e:
+        return Verdict(0.0, f"{e}: {_tail(r)}")
+
+
+def _harbor(value: float, path: str, r: ExecResult) -> Verdict:
+    name = path.rsplit("/", 1)[1]
+    return Verdict(value, name if value == 1.0 else f"{name}: {value:g}: {_tail(r)}")

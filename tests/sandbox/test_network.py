@@ -1,0 +1,81 @@
+"""A networked local sandbox (`allow_internet`) never reaches the host's loopback services."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+
+import pytest
+
+from sandbox import netns
+from sandbox.executor import SandboxError, SessionSpec
+from sandbox.local import LocalExecutor
+
+
+def _answers(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket() as s:
+        s.settimeout(2)
+        return s.connect_ex((host, port)) == 0
+
+
+@pytest.fixture
+def listener() -> Iterator[int]:
+    """A TCP service of this test on every host address (0.0.0.0) at a free port."""
+    srv = socket.socket()
+    srv.bind(("0.0.0.0", 0))
+    srv.listen()
+    yield srv.getsockname()[1]
+    srv.close()
+
+
+PROBE = """for a in "$@"; do
+  if timeout 3 bash -c "exec 3<>/dev/tcp/${a%:*}/${a##*:}" 2>/dev/null; then echo "$a open"
+  else echo "$a closed"; fi
+done"""
+
+
+def _probe(s: object, targets: list[str]) -> dict[str, str]:
+    args = " ".join(targets)
+    r = s.exec(f"set -- {args}\n{PROBE}", timeout=60)  # type: ignore[attr-defined]
+    return dict(line.split() for line in r.stdout.splitlines())
+
+
+def test_networked_sandbox_cannot_reach_host_loopback_services(
+    local_executor: LocalExecutor, listener: int
+) -> None:
+    services = [p for p in (5432, 6379) if _answers(p)]  # PostgreSQL, Redis on this machine
+    assert _answers(listener)  # the host itself reaches our listener
+    hosts = ["127.0.0.1", "10.0.2.2", *netns.host_addresses()]
+    targets = [f"{h}:{p}" for h in hosts for p in (5432, 6379, listener)]
+    with local_executor.open(SessionSpec(network=True, label="net")) as s:
+        seen = _probe(s, targets)
+        assert seen == {t: "closed" for t in targets}, (services, seen)
+        # the sandbox's 127.0.0.1 is its own loopback: a server started inside answers inside
+        own = s.exec(
+            "python3 -m http.server 8765 --bind 127.0.0.1 >/dev/null 2>&1 & sleep 1; "
+            "timeout 3 bash -c 'exec 3<>/dev/tcp/127.0.0.1/8765' && echo own-loopback-ok",
+            timeout=30,
+        )
+        assert "own-loopback-ok" in own.stdout, own
+        assert s.exec("cat /etc/resolv.conf").stdout == netns.RESOLV_CONF
+        route = s.exec("ip route 2>/dev/null || cat /proc/net/route").stdout
+        assert "tap0" in route  # egress through slirp4netns, not the host's interfaces
+        assert s.exec("ip route del default 2>&1 || echo denied").stdout.strip().endswith("denied")
+    assert services, "PostgreSQL / Redis should answer on the host (scripts/setup.d/10-services.sh)"
+
+
+def test_offline_sandbox_has_no_route_at_all(local_executor: LocalExecutor) -> None:
+    with local_executor.open(SessionSpec(label="offline")) as s:
+        assert _probe(s, ["127.0.0.1:5432", "10.0.2.2:5432"]) == {
+            "127.0.0.1:5432": "closed",
+            "10.0.2.2:5432": "closed",
+        }
+        assert "tap0" not in s.exec("cat /proc/net/route").stdout
+
+
+def test_network_without_slirp4netns_is_refused_naming_the_field(
+    local_executor: LocalExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(netns.shutil, "which", lambda name: None)
+    with pytest.raises(SandboxError, match=r"allow_internet.*slirp4netns"):
+        local_executor.open(SessionSpec(network=True))
