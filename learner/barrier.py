@@ -63,7 +63,7 @@ def barrier_step(
             + ". Close every group/trajectory (or call close_batch and drain) before the barrier."
         )
     t0 = time.perf_counter()
-    vec = engine.acc.grad.clone()
+    vec = engine.acc.grad  # reduced and normalised in place: the engine is done with it
     counts = torch.tensor(
         [float(engine.acc.groups_closed), float(engine.acc.scored_tokens)], dtype=torch.float64
     )
@@ -78,7 +78,7 @@ def barrier_step(
     summed = objective is Objective.GRPO and group_reduction is GroupReduction.SUM
     normaliser = 1.0 if summed else sources
     grad = vec.div_(-normaliser)  # loss = -objective: descend on the negated ascent direction
-    norm = float(grad.double().norm())
+    norm = float(torch.linalg.vector_norm(grad, dtype=torch.float64))
     clip = min(1.0, max_grad_norm / (norm + 1e-6)) if math.isfinite(norm) else 0.0
     if not math.isfinite(norm):
         raise BarrierError(f"update {version}: gradient norm is {norm}; the step was not taken")

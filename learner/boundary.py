@@ -45,67 +45,74 @@ def _base_model(model: nn.Module) -> nn.Module:
 
 @dataclass
 class SegmentOutput:
-    logits: torch.Tensor | None  # [L, V] fp32 for the segment's own positions (None: not asked)
+    hidden: torch.Tensor  # [L, d] the decoder's last hidden state for the segment's own positions
     kv: list[KV]  # this segment's own K/V per layer, still in the graph
 
 
-def lm_logits(model: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
-    """The LM head in fp32 whatever the model's dtype (bf16 logits lose the log-prob's digits):
-    fp32 copies of the hidden states and the head weight, so the gradient still reaches both."""
-    head: Any = _base_model(model).lm_head
-    dt = torch.promote_types(hidden.dtype, torch.float32)  # float64 models stay float64
-    bias = head.bias.to(dt) if getattr(head, "bias", None) is not None else None
-    return torch.nn.functional.linear(hidden.to(dt), head.weight.to(dt), bias)
+def _decode(
+    model: nn.Module, ids: torch.Tensor, pos: torch.Tensor, past: Sequence[KV]
+) -> tuple[torch.Tensor, ...]:
+    """The decoder on one segment: (hidden, K_0, V_0, K_1, ...) of its own positions."""
+    kwargs: dict[str, object] = {"input_ids": ids, "position_ids": pos, "use_cache": True}
+    decoder: Any = _base_model(model).model
+    past_len = 0
+    if past:
+        dyn = DynamicCache()
+        for layer, (k, v) in enumerate(past):
+            dyn.update(k, v, layer)
+        past_len = dyn.get_seq_length()
+        decoder_cls: Any = type(decoder)
+        kwargs[_cache_kwarg(decoder_cls)] = dyn
+    out = decoder(**kwargs)  # LoRA layers, if any, are injected in place
+    # own K/V as compact tensors: a view would keep the whole [past; own] concatenation alive
+    own = [
+        t[:, :, past_len:].contiguous()
+        for layer in out.past_key_values.layers
+        for t in (layer.keys, layer.values)
+    ]
+    return (out.last_hidden_state[0], *own)
 
 
 def run_segment(
     model: nn.Module,
     token_ids: torch.Tensor,
     *,
-    past: Sequence[Sequence[KV]],
+    past: Sequence[KV],
     start: int,
-    logits: bool = True,
+    checkpoint: bool = False,
 ) -> SegmentOutput:
     """Forward `token_ids` ([L] long) at positions start.. on top of the leaf K/V in `past`.
 
-    `past` is a list of earlier segments, each a per-layer list of (K, V) leaves; they are
-    concatenated along the sequence axis into a fresh cache. The decoder runs in the model's
-    dtype; the head (when `logits`) in fp32 (`lm_logits`).
+    `past` is one (K, V) pair per layer covering positions 0..start-1 (empty for a segment
+    that starts the sequence). `checkpoint`: keep only the inputs and outputs for backward and
+    recompute the segment's activations there (activation checkpointing; eval mode, so the
+    recompute is the same function). Log-probs come from `learner.logprobs.scored_logprobs`.
     """
     ids = token_ids.view(1, -1)
     length = ids.shape[1]
     pos = torch.arange(start, start + length, dtype=torch.long, device=ids.device).view(1, -1)
-    kwargs: dict[str, object] = {"input_ids": ids, "position_ids": pos, "use_cache": True}
-    past_len = 0
-    decoder: Any = _base_model(model).model
     if past:
-        n_layers = len(past[0])
-        dyn = DynamicCache()
-        for layer in range(n_layers):
-            k = torch.cat([seg[layer][0] for seg in past], dim=2)
-            v = torch.cat([seg[layer][1] for seg in past], dim=2)
-            dyn.update(k, v, layer)
-        past_len = dyn.get_seq_length()
-        if past_len != start:
-            raise ValueError(f"segment starts at position {start} but its past holds {past_len}")
-        decoder_cls: Any = type(decoder)
-        kwargs[_cache_kwarg(decoder_cls)] = dyn
+        held = past[0][0].shape[2]
+        if held != start:
+            raise ValueError(f"segment starts at position {start} but its past holds {held}")
     elif start != 0:
         raise ValueError(f"a segment without past must start at position 0, not {start}")
-    out = decoder(**kwargs)  # LoRA layers, if any, are injected in place
-    grown = out.past_key_values
-    own = [(layer.keys[:, :, past_len:], layer.values[:, :, past_len:]) for layer in grown.layers]
-    head = lm_logits(model, out.last_hidden_state[0]) if logits else None
-    return SegmentOutput(logits=head, kv=own)
+    if checkpoint and torch.is_grad_enabled():
+        from torch.utils.checkpoint import checkpoint as ckpt
+
+        flat = [t for kv in past for t in kv]
+
+        def fn(ids_: torch.Tensor, pos_: torch.Tensor, *tensors: torch.Tensor) -> Any:
+            pairs = [(tensors[i], tensors[i + 1]) for i in range(0, len(tensors), 2)]
+            return _decode(model, ids_, pos_, pairs)
+
+        outs = ckpt(fn, ids, pos, *flat, use_reentrant=False)
+    else:
+        outs = _decode(model, ids, pos, past)
+    hidden, own = outs[0], outs[1:]
+    kv = [(own[i], own[i + 1]) for i in range(0, len(own), 2)]
+    return SegmentOutput(hidden=hidden, kv=kv)
 
 
 def detach_leaves(kv: Sequence[KV]) -> list[KV]:
     return [(k.detach().requires_grad_(True), v.detach().requires_grad_(True)) for k, v in kv]
-
-
-def token_logprobs(logits: torch.Tensor | None, token_ids: torch.Tensor) -> torch.Tensor:
-    """log pi(token_t | prefix) for t = 1..L-1 of the segment (token 0 is predicted elsewhere)."""
-    if logits is None:
-        raise ValueError("this segment was run without logits (run_segment(..., logits=True))")
-    logp = torch.log_softmax(logits[:-1].to(torch.promote_types(logits.dtype, torch.float32)), -1)
-    return logp.gather(-1, token_ids[1:].view(-1, 1)).squeeze(-1)

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from learner.barrier import StepStats
+from learner.engine import GradientEngine
 from learner.parallel import ParallelContext
 from learner.sources import GrpoContent, GrpoGroupSpec, GrpoReward, OpdClose, OpdTurn, WorkItem
 from learner.trainer import Learner
@@ -47,6 +48,13 @@ def _k(e: tuple[float, WorkItem]) -> float:
 def replay_update(
     learner: Learner, batch: LoggedBatch, schedule: Schedule, ctx: ParallelContext | None = None
 ) -> StepStats:
+    return learner.step(replay_sources(learner, batch, schedule, ctx))
+
+
+def replay_sources(
+    learner: Learner, batch: LoggedBatch, schedule: Schedule, ctx: ParallelContext | None = None
+) -> GradientEngine:
+    """Every source of `batch` applied (in ready order) to a fresh engine; no step yet."""
     ctx = ctx or learner.ctx
     engine = learner.open_update(schedule)
     for gi, g in enumerate(batch.groups):
@@ -61,7 +69,7 @@ def replay_update(
             engine.drain()
     engine.close_batch()
     engine.drain()
-    return learner.step(engine)
+    return engine
 
 
 def make_grpo_batch(

@@ -14,12 +14,13 @@ from typing import Any
 import torch
 from torch import nn
 
+from learner.accumulators import BufferPool, free_lists
 from learner.arch import check_cuttable
 from learner.barrier import Publisher, StepStats, barrier_step
 from learner.device import DTYPES, accumulator_device, resolve_device, set_determinism
 from learner.engine import GradientEngine
 from learner.parallel import FSDP2Optimizer, LocalOptimizer, ParallelContext, StepOptimizer
-from tsrl.config import RunConfig, Schedule
+from tsrl.config import OpdTurnGraphs, RunConfig, Schedule
 
 
 def apply_lora(model: nn.Module, rank: int, alpha: float, seed: int = 0) -> nn.Module:
@@ -58,6 +59,9 @@ class Learner:
         self.publish = publish
         self.version = 0
         self.last_engine: GradientEngine | None = None  # the engine of the last step (its counters)
+        self.accum_device = accumulator_device(cfg.learner.accum_device, self.device)
+        # accumulator buffers recycled across updates (no page faults per group at real sizes)
+        self.free_buffers = free_lists()
         self.optimizer: StepOptimizer
         if self.ctx.distributed:
             self.optimizer = FSDP2Optimizer(model, self.params, cfg.optim, self.ctx)
@@ -74,9 +78,23 @@ class Learner:
             std_eps=lc.std_eps,
             token_weighting=lc.token_weighting,
             max_open_groups=lc.max_open_groups,
+            max_held_bytes=lc.max_held_bytes,
             accum_dtype=DTYPES[lc.accum_dtype],
-            accum_device=accumulator_device(lc.accum_device, self.device),
+            accum_device=self.accum_device,
+            checkpoint=lc.activation_checkpointing,
+            keep_turn_graphs=self.keep_turn_graphs,
+            logprob_chunk=lc.logprob_chunk,
+            pool=BufferPool(
+                self.accum_device, pin=self.device.type == "cuda", shared=self.free_buffers
+            ),
         )
+
+    @property
+    def keep_turn_graphs(self) -> bool:
+        mode = self.cfg.learner.opd_turn_graphs
+        if mode is OpdTurnGraphs.AUTO:
+            return self.device.type != "cuda"  # GPU memory is the scarce resource there
+        return mode is OpdTurnGraphs.KEEP
 
     def step(self, engine: GradientEngine) -> StepStats:
         stats = barrier_step(

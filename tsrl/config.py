@@ -49,6 +49,14 @@ class AccumDevice(StrEnum):
     DEVICE = "device"  # on the learner's device (faster, costs accelerator memory)
 
 
+class OpdTurnGraphs(StrEnum):
+    """OPD: how a turn's graph reaches the close-time propagation of its K/V adjoint."""
+
+    AUTO = "auto"  # recompute on CUDA (memory-bound), keep on CPU (compute-bound)
+    RECOMPUTE = "recompute"  # free it after the turn, re-forward it at close: memory linear in J
+    KEEP = "keep"  # keep it until close: one forward per turn, memory grows with the past
+
+
 class GroupReduction(StrEnum):
     SUM = "sum"  # the paper: g_k = sum over groups of the group directions g_G
     MEAN = "mean"  # g_k divided by the number of groups of the update
@@ -124,6 +132,18 @@ class LearnerConfig(_Section):
     )
     group_reduction: GroupReduction = Field(
         GroupReduction.SUM, description="GRPO: sum (the paper) or mean of the group directions"
+    )
+    max_held_bytes: int | None = Field(
+        None, ge=1, description="admission by bytes held (accumulators, held grads, K/V stores)"
+    )
+    activation_checkpointing: bool = Field(
+        False, description="recompute a continuation's / turn's activations in its backward"
+    )
+    opd_turn_graphs: OpdTurnGraphs = Field(
+        OpdTurnGraphs.AUTO, description="OPD: recompute | keep each turn's graph until close"
+    )
+    logprob_chunk: int = Field(
+        1024, ge=1, description="rows of the LM head computed at once (scored positions only)"
     )
 
     @field_validator("token_weighting")

@@ -97,3 +97,22 @@ def build_smollm2(out_dir: str | Path, *, cache: Path | None = None) -> Path:
     model.save_pretrained(out)
     tok.save_pretrained(out)
     return out
+
+
+def smollm2_dir(cache: Path | None = None) -> Path:
+    """The HF directory, built once into the cache (atomic rename: racing builders all succeed)."""
+    root = cache or cache_root() / "smollm2"
+    out = root / "hf"
+    if (out / "config.json").exists():
+        return out
+    tmp = private_tmp(out)
+    try:
+        build_smollm2(tmp / "hf", cache=root)
+        try:
+            os.replace(tmp / "hf", out)
+        except OSError:
+            if not (out / "config.json").exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out

@@ -4,10 +4,7 @@ import random
 
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from learner.accumulators import OrderedSum
 from learner.objectives import ESTIMATORS, advantages, group_coefficients
 from tsrl.config import Estimator
 
@@ -34,27 +31,3 @@ def test_g1_g2_identity_holds_for_every_registered_estimator(
 def test_rloo_rejects_a_single_trajectory_group_with_the_fix() -> None:
     with pytest.raises(ValueError, match="group_size"):
         group_coefficients(Estimator.RLOO, [1.0], shift=1.0)
-
-
-@settings(max_examples=40, deadline=None)
-@given(st.integers(1, 12), st.randoms(use_true_random=False))
-def test_ordered_sum_is_bitwise_independent_of_arrival_order(n: int, rnd: random.Random) -> None:
-    vecs = [torch.randn(64, generator=torch.Generator().manual_seed(i)) * 10**i for i in range(n)]
-    results = []
-    for _ in range(3):
-        order = list(range(n))
-        rnd.shuffle(order)
-        s = OrderedSum(n)
-        for i in order:
-            s.add(i, vecs[i])
-        results.append(s.result())
-    assert all(torch.equal(results[0], r) for r in results[1:])
-
-
-def test_ordered_sum_refuses_incomplete_and_duplicate_terms() -> None:
-    s = OrderedSum(3)
-    s.add(0, torch.ones(2))
-    with pytest.raises(ValueError, match="already added"):
-        s.add(0, torch.ones(2))
-    with pytest.raises(ValueError, match="missing"):
-        s.result()

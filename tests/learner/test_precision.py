@@ -11,6 +11,7 @@ import torch
 
 from learner.boundary import run_segment
 from learner.checkpoint import load_checkpoint, save_checkpoint
+from learner.logprobs import scored_logprobs
 from learner.replay import LoggedBatch, make_grpo_batch, replay_update
 from learner.sources import GrpoContent, GrpoGroupSpec, GrpoReward, OpdTurn
 from learner.trainer import Learner
@@ -59,7 +60,7 @@ def test_opd_trajectory_sums_honour_accum_dtype(tiny_model_dir: Path) -> None:
     tokens = (5, 9, 17, 33, 40)
     engine.submit(OpdTurn("o0/t0", "o0", 0, tokens, (0, 0, 1, 1, 1), (-1.0, -2.0, -3.0)), 0.0)
     engine.drain()
-    assert engine.trajs["o0"].acc.dtype == torch.float64
+    assert engine.trajs["o0"].acc.flat.dtype == torch.float64
 
 
 def test_bf16_compute_steps_fp32_master_weights_and_moments(
@@ -86,8 +87,10 @@ def test_bf16_compute_steps_fp32_master_weights_and_moments(
 
 def test_bf16_model_gives_fp32_logits_and_fp32_opd_ledgers(tiny_model_dir: Path) -> None:
     model = load_model(tiny_model_dir, dtype=torch.bfloat16)
-    out = run_segment(model, torch.tensor([5, 9, 17]), past=[], start=0)
-    assert out.logits is not None and out.logits.dtype == torch.float32
+    ids = torch.tensor([5, 9, 17])
+    out = run_segment(model, ids, past=[], start=0)
+    lp = scored_logprobs(model, out.hidden, ids, torch.tensor([True, True]))
+    assert lp.dtype == torch.float32 and out.hidden.dtype == torch.bfloat16
     assert out.kv[0][0].dtype == torch.bfloat16
     learner = Learner(model, _cfg("opd"))
     engine = learner.open_update(Schedule.STREAM)

@@ -1,0 +1,103 @@
+"""One growing per-layer K/V store (and adjoint ledger) per open OPD trajectory.
+
+Why: turn j runs on the K/V of turns 0..j-1 as leaves. Re-concatenating every earlier turn's
+K/V at each turn copies O(pos) per layer twice and keeps a copy per turn (per-turn cost and
+memory rising with the turn index). Here the K/V live in one buffer per layer that grows by
+doubling; turn j's past is a zero-copy view of its first `pos` positions, made a leaf, and the
+adjoint of that leaf is added into the same positions of a ledger buffer. Turn j's own K/V are
+written behind it after the turn ran. Memory is linear in the trajectory's length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from learner.accumulators import BufferPool
+from learner.boundary import KV
+
+
+def _alias(buf: torch.Tensor, upto: int) -> torch.Tensor:
+    """buf[:, :, :upto] as a leaf with its own version counter.
+
+    A plain view shares the store's counter, so writing the next turn's K/V behind it would
+    invalidate every saved view (activation checkpointing saves its inputs). The positions below
+    `upto` are never written again, so aliasing them is safe.
+    """
+    view = buf[:, :, :upto]
+    out = torch.empty(0, dtype=buf.dtype, device=buf.device)
+    out.set_(buf.untyped_storage(), view.storage_offset(), view.shape, view.stride())
+    return out.requires_grad_(True)
+
+
+class KVStore:
+    def __init__(self, pool: BufferPool, ledger_dtype: torch.dtype | None = None) -> None:
+        self.pool = pool
+        self.ledger_dtype = ledger_dtype
+        self.length = 0
+        self.kv: list[list[torch.Tensor]] = []  # per layer [K, V], shape [B, H, cap, D]
+        self.ledger: list[list[torch.Tensor]] = []  # same layout, the adjoints (fp32)
+        self._bytes = 0
+
+    @property
+    def capacity(self) -> int:
+        return self.kv[0][0].shape[2] if self.kv else 0
+
+    def past(self, upto: int) -> list[KV]:
+        """Leaves for positions 0..upto-1 (views of the store: no copy)."""
+        if upto > self.length:
+            raise ValueError(f"the store holds {self.length} positions, not {upto}")
+        return [(_alias(k, upto), _alias(v, upto)) for k, v in self.kv]
+
+    def append(self, own: Sequence[KV]) -> None:
+        """Write a turn's own K/V (detached) behind what the store holds."""
+        n = own[0][0].shape[2]
+        self._reserve(self.length + n, own)
+        with torch.no_grad():
+            for (k, v), (sk, sv) in zip(own, self.kv, strict=True):
+                sk[:, :, self.length : self.length + n].copy_(k)
+                sv[:, :, self.length : self.length + n].copy_(v)
+        self.length += n
+
+    def add_adjoint(self, grads: Sequence[torch.Tensor | None], upto: int) -> None:
+        """ledger[:, :, :upto] += the adjoint of a past(upto) leaf list (K, V per layer)."""
+        if upto == 0 or not grads:
+            return  # the first turn has no past
+        it = iter(grads)
+        for lk, lv in self.ledger:
+            for buf, g in ((lk, next(it)), (lv, next(it))):
+                if g is not None:
+                    buf[:, :, :upto].add_(g)
+
+    def adjoint(self, start: int, stop: int) -> list[torch.Tensor]:
+        return [buf[:, :, start:stop] for layer in self.ledger for buf in layer]
+
+    def _reserve(self, need: int, like: Sequence[KV]) -> None:
+        if need <= self.capacity:
+            return
+        cap = max(need, 2 * self.capacity, 16)
+        kv, ledger = [], []
+        for layer, (k, v) in enumerate(like):
+            row, lrow = [], []
+            for slot, t in enumerate((k, v)):
+                shape = (t.shape[0], t.shape[1], cap, t.shape[3])
+                new = torch.zeros(shape, dtype=t.dtype, device=t.device)
+                ldt = self.ledger_dtype or torch.promote_types(t.dtype, torch.float32)
+                lnew = torch.zeros(shape, dtype=ldt, device=t.device)
+                if self.kv:
+                    new[:, :, : self.length].copy_(self.kv[layer][slot][:, :, : self.length])
+                    lnew[:, :, : self.length].copy_(self.ledger[layer][slot][:, :, : self.length])
+                row.append(new)
+                lrow.append(lnew)
+            kv.append(row)
+            ledger.append(lrow)
+        self.kv, self.ledger = kv, ledger
+        nbytes = sum(t.numel() * t.element_size() for layer in kv + ledger for t in layer)
+        self.pool.track(nbytes - self._bytes)
+        self._bytes = nbytes
+
+    def free(self) -> None:
+        self.pool.track(-self._bytes)
+        self._bytes = 0
+        self.kv, self.ledger = [], []
