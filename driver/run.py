@@ -54,7 +54,11 @@ class RunDriver:
     ) -> None:
         self.cfg = cfg = revalidate(cfg)  # refused here, not at the first group close
         self.files = RunDirWriter(run_dir)
-        self.run_id = f"{cfg.name}-{os.getpid()}-{int(time.time())}"
+        # one bus namespace per attempt (a resume never reads a killed attempt's events), under
+        # the service's run id when it launched us: its reconciler finds `tsrl:<run id>:*`
+        attempt = f"{os.getpid()}-{int(time.time())}"
+        service_id = os.environ.get("TSRL_RUN_ID")
+        self.run_id = f"{service_id}:{attempt}" if service_id else f"{cfg.name}-{attempt}"
         self.resume, self.log_batches, self.progress = resume, log_batches, progress
         self.ray_address = ray_address
         self.bus_kind = run_bus_kind(bus_kind, on_ray=ray_address is not None)

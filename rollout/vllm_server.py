@@ -4,7 +4,9 @@ vLLM lives in its own venv (`.venv-vllm`, built by scripts/setup.d/40-vllm.sh) b
 own transformers; we only talk to it over HTTP. On CPU it needs `--enforce-eager`, a small KV cache
 (`VLLM_CPU_KVCACHE_SPACE`, GiB), a writable `VLLM_CACHE_ROOT` and no hub access. `VLLM_SERVER_DEV_MODE=1`
 exposes `/collective_rpc` (weight reload) and `/reset_prefix_cache`. The server listens on a free
-loopback port; its log goes to a file whose tail is quoted in every start error.
+loopback port; its log goes to a file whose tail is quoted in every start error. It runs under a
+guard (teacher/lifeline.py) that ends its process group when the starting process dies, SIGKILL
+included, so a killed driver leaves no server behind.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+
+from teacher.lifeline import Lifeline
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -69,6 +73,7 @@ class VLLMServer:
         self._log_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = self._log_dir / f"vllm-{self.port}.log"
         self.proc: subprocess.Popen[bytes] | None = None
+        self._lifeline: Lifeline | None = None
         self.model = config.model
 
     @property
@@ -135,20 +140,28 @@ class VLLMServer:
         if model is not None:
             self.model = model
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child process
-        self.proc = subprocess.Popen(
-            self.command(),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=self.env(),
-            cwd=str(self._log_dir),
-            start_new_session=True,  # its own process group: stop() ends every worker with it
-        )
-        log.close()
+        # the server dies with this process, even when it is SIGKILLed (teacher/lifeline.py)
+        self._lifeline = Lifeline()
+        try:
+            self.proc = subprocess.Popen(
+                self._lifeline.wrap(self.command()),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self.env(),
+                cwd=str(self._log_dir),
+                start_new_session=True,  # its own process group: stop() ends every worker with it
+                pass_fds=self._lifeline.pass_fds,
+            )
+        finally:
+            self._lifeline.started()
+            log.close()
         deadline = time.monotonic() + self.config.start_timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
+                code = self.proc.returncode
+                self.stop()  # closes the lifeline
                 raise VLLMServerError(
-                    f"vLLM server exited with code {self.proc.returncode} while starting "
+                    f"vLLM server exited with code {code} while starting "
                     f"(model {self.model}); log {self.log_path}:\n{self.log_tail()}"
                 )
             if self.is_healthy():
@@ -162,6 +175,14 @@ class VLLMServer:
 
     def stop(self, timeout_s: float = 30.0) -> None:
         proc, self.proc = self.proc, None
+        lifeline, self._lifeline = self._lifeline, None
+        try:
+            self._stop(proc, timeout_s)
+        finally:
+            if lifeline is not None:
+                lifeline.close()
+
+    def _stop(self, proc: subprocess.Popen[bytes] | None, timeout_s: float) -> None:
         if proc is None or proc.poll() is not None:
             return
         try:

@@ -80,6 +80,18 @@ def serve(
     ),
     ray_address: str = typer.Option(None, envvar="TSRL_RAY_ADDRESS", help="Ray dashboard URL"),
     max_concurrent_runs: int = typer.Option(1, envvar="TSRL_MAX_CONCURRENT_RUNS", min=1),
+    max_active_runs_per_token: int = typer.Option(
+        8,
+        envvar="TSRL_MAX_ACTIVE_RUNS_PER_TOKEN",
+        min=0,
+        help="runs one token may have queued or running at once (0: no limit); past it POST "
+        "/runs answers 429",
+    ),
+    redis_url: str = typer.Option(
+        "redis://127.0.0.1:6379/0",
+        envvar="TSRL_REDIS_URL",
+        help="the drivers' Redis broker: a dead run's streams are deleted there",
+    ),
     keep_runs_on_exit: bool = typer.Option(
         False, help="leave drivers running when the service stops (adopted on restart)"
     ),
@@ -117,6 +129,8 @@ def serve(
         launcher=launcher,
         ray_address=ray_address,
         max_concurrent_runs=max_concurrent_runs,
+        max_active_runs_per_token=max_active_runs_per_token,
+        redis_url=redis_url or None,
         stop_runs_on_exit=not keep_runs_on_exit,
     )
     logging.basicConfig(

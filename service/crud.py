@@ -1,5 +1,6 @@
 """Database operations, keyword-only, each scoped to the owning token where rows have an owner.
-Token operations live in service/crud_tokens.py and are re-exported here.
+Token operations live in service/crud_tokens.py, task sets and models in service/crud_artifacts.py;
+both are re-exported here.
 
 Routes call these and never build queries themselves; the launcher has its own writes in
 service/launcher/ (it is the only writer of run state after `queued`).
@@ -15,6 +16,22 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from service.crud_artifacts import (
+    count_local_tasks,
+    create_model,
+    create_task_set,
+    delete_model,
+    delete_task_set,
+    get_model,
+    get_model_by_name,
+    get_task_set,
+    get_task_set_by_name,
+    list_models,
+    list_task_sets,
+    recount_uploaded_tasks,
+    task_set_origin,
+    update_task_set,
+)
 from service.crud_tokens import (
     CONFIGURED_ADMIN,
     create_token,
@@ -25,19 +42,27 @@ from service.crud_tokens import (
     revoke_token,
 )
 from service.db import utcnow
-from service.models import Run, SpanRow, TaskSet, Token, UpdateRow
-from service.schemas import (
-    RunDetail,
-    RunPublic,
-    Speedup,
-    TaskSetCreate,
-    TaskSetUpdate,
-)
+from service.models import Run, SpanRow, Token, UpdateRow
+from service.schemas import RunDetail, RunPublic, Speedup
 from tsrl.config import RunConfig
 from tsrl.rundir import ACTIVE_STATUSES, RunFiles, RunStatus
 
 __all__ = [
     "CONFIGURED_ADMIN",
+    "count_local_tasks",
+    "create_model",
+    "create_task_set",
+    "delete_model",
+    "delete_task_set",
+    "get_model",
+    "get_model_by_name",
+    "get_task_set",
+    "get_task_set_by_name",
+    "list_models",
+    "list_task_sets",
+    "recount_uploaded_tasks",
+    "task_set_origin",
+    "update_task_set",
     "create_token",
     "ensure_admin_token",
     "get_token",
@@ -100,6 +125,22 @@ def create_run(
     session.add(run)
     session.flush()
     return run
+
+
+def run_quota(*, token: Token, default: int) -> int:
+    """Runs the token may have queued or running at once; 0: no limit."""
+    return token.max_active_runs if token.max_active_runs is not None else default
+
+
+def lock_token(*, session: Session, token: Token) -> None:
+    """Hold the token's row until commit (SELECT ... FOR UPDATE; nothing on SQLite, whose
+    writers are serialised anyway), so two submissions of one token are checked one at a time."""
+    session.execute(select(Token.id).where(Token.id == token.id).with_for_update())
+
+
+def count_active_runs(*, session: Session, owner_id: uuid.UUID) -> int:
+    query = select(func.count()).where(Run.owner_id == owner_id, Run.status.in_(ACTIVE_STATUSES))
+    return session.scalar(query) or 0
 
 
 def list_runs(
@@ -224,73 +265,3 @@ def speedup(*, session: Session, run: Run) -> Speedup:
         baseline_step_s=base,
         speedup=ratio,
     )
-
-
-# --- task sets ----------------------------------------------------------------------------------
-
-
-def count_local_tasks(source: str) -> int | None:
-    """Tasks at a local source: lines of a .jsonl file, or task directories of a folder."""
-    path = Path(source)
-    try:
-        if path.is_file() and path.suffix == ".jsonl":
-            with path.open("rb") as f:
-                return sum(1 for line in f if line.strip())
-        if path.is_dir():
-            return sum(1 for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))
-    except OSError:
-        return None
-    return None
-
-
-def create_task_set(*, session: Session, owner: Token, task_set_in: TaskSetCreate) -> TaskSet:
-    row = TaskSet(
-        owner_id=owner.id,
-        name=task_set_in.name,
-        kind=task_set_in.kind.value,
-        source=task_set_in.source,
-        description=task_set_in.description,
-        task_count=count_local_tasks(task_set_in.source),
-        meta=task_set_in.meta,
-    )
-    session.add(row)
-    session.flush()
-    return row
-
-
-def get_task_set_by_name(*, session: Session, owner_id: uuid.UUID, name: str) -> TaskSet | None:
-    return session.scalar(select(TaskSet).where(TaskSet.owner_id == owner_id, TaskSet.name == name))
-
-
-def list_task_sets(
-    *, session: Session, owner_id: uuid.UUID, skip: int, limit: int, kind: str | None = None
-) -> tuple[list[TaskSet], int]:
-    query = select(TaskSet).where(TaskSet.owner_id == owner_id)
-    if kind is not None:
-        query = query.where(TaskSet.kind == kind)
-    count = session.scalar(select(func.count()).select_from(query.subquery())) or 0
-    rows = session.scalars(query.order_by(TaskSet.name).offset(skip).limit(limit))
-    return list(rows), count
-
-
-def get_task_set(
-    *, session: Session, owner_id: uuid.UUID, task_set_id: uuid.UUID
-) -> TaskSet | None:
-    row = session.get(TaskSet, task_set_id)
-    if row is None or row.owner_id != owner_id:
-        return None
-    return row
-
-
-def update_task_set(*, session: Session, task_set: TaskSet, task_set_in: TaskSetUpdate) -> TaskSet:
-    if task_set_in.description is not None:
-        task_set.description = task_set_in.description
-    if task_set_in.meta is not None:
-        task_set.meta = task_set_in.meta
-    session.flush()
-    return task_set
-
-
-def delete_task_set(*, session: Session, task_set: TaskSet) -> None:
-    session.delete(task_set)
-    session.flush()

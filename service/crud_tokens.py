@@ -69,6 +69,7 @@ def create_token(*, session: Session, token_in: TokenCreate) -> tuple[Token, str
         token_hash=hash_token(secret),
         public_id=unused_public_id(session=session),
         is_admin=token_in.is_admin,
+        max_active_runs=token_in.max_active_runs,
     )
     session.add(row)
     session.flush()

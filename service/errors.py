@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from fastapi import Request
+from fastapi import HTTPException, Request, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
@@ -40,3 +40,12 @@ def safe_error(error: Any) -> dict[str, Any]:
 async def validation_error_handler(request: Request, exc: Exception) -> JSONResponse:
     errors = exc.errors() if isinstance(exc, RequestValidationError) else []
     return JSONResponse(status_code=422, content={"detail": [safe_error(e) for e in errors]})
+
+
+def field_error(msg: str, loc: list[str | int], kind: str = "value_error") -> HTTPException:
+    """A 422 in FastAPI's validation-error shape (`HTTPValidationError`) for a check made in a
+    route: `loc` names the field (e.g. ["body", "config", "model", "path"])."""
+    return HTTPException(
+        status_code=status.HTTP_422_UNPROCESSABLE_CONTENT,
+        detail=[{"loc": loc, "msg": msg, "type": kind}],
+    )

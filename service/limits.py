@@ -1,12 +1,14 @@
 """Refuse oversized request bodies with 413 before they are read into memory.
 
-Checks Content-Length up front and counts streamed (chunked) bodies as they arrive.
+Checks Content-Length up front and counts streamed (chunked) bodies as they arrive. Paths that
+match `large_paths` (file uploads, streamed to disk) get `large_max_bytes` instead.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import re
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -17,15 +19,23 @@ class BodyTooLarge(Exception):
 
 
 class BodySizeLimit:
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_bytes: int,
+        large_paths: re.Pattern[str] | None = None,
+        large_max_bytes: int | None = None,
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.large_paths = large_paths
+        self.large_max_bytes = large_max_bytes or max_bytes
 
-    async def _reject(self, send: Send) -> None:
+    async def _reject(self, send: Send, limit: int) -> None:
         body = json.dumps(
             {
-                "detail": f"request body too large: the limit is {self.max_bytes} bytes; "
-                "send a smaller config (large data belongs in a task set source, not the request)"
+                "detail": f"request body too large: the limit is {limit} bytes; "
+                "send a smaller config (large data belongs in an uploaded task set or model)"
             }
         ).encode()
         await send(
@@ -44,15 +54,18 @@ class BodySizeLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit = self.max_bytes
+        if self.large_paths is not None and self.large_paths.match(scope.get("path", "")):
+            limit = self.large_max_bytes
         headers = dict(scope.get("headers") or [])
         length = headers.get(b"content-length")
         if length is not None:
             try:
-                too_big = int(length) > self.max_bytes
+                too_big = int(length) > limit
             except ValueError:
                 too_big = False
             if too_big:
-                await self._reject(send)
+                await self._reject(send, limit)
                 return
         seen = 0
         started = False
@@ -63,10 +76,10 @@ class BodySizeLimit:
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.max_bytes and not rejected:
+                if seen > limit and not rejected:
                     if not started:
                         rejected = True
-                        await self._reject(send)
+                        await self._reject(send, limit)
                     raise BodyTooLarge
             return message
 

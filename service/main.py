@@ -15,12 +15,13 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
 from service import crud
-from service.api.routes import events, health, runs, spans, task_sets, tokens, updates
+from service.api.routes import events, health, models, runs, spans, task_sets, tokens, updates
 from service.db import make_engine, make_session_factory, session_scope, upgrade_to_head
 from service.errors import validation_error_handler
 from service.limits import BodySizeLimit
 from service.schemas import ErrorDetail
 from service.settings import Settings
+from service.uploads import UPLOAD_PATHS
 
 WEB_DIR = Path(__file__).resolve().parent / "web"
 API_PREFIX = "/api/v1"
@@ -33,7 +34,7 @@ def api_router() -> APIRouter:
         413: {"model": ErrorDetail, "description": "request body over the size limit"},
     }
     router = APIRouter(prefix=API_PREFIX, responses=errors)
-    for module in (runs, updates, spans, events, task_sets):
+    for module in (runs, updates, spans, events, task_sets, models):
         router.include_router(
             module.router,
             responses={404: {"model": ErrorDetail, "description": "not found for this token"}},
@@ -83,7 +84,8 @@ def create_app(settings: Settings, *, launch: bool = True, backend: Any = None) 
         title="ThunderSync",
         version="0.1.0",
         summary="Streaming GRPO / on-policy distillation training service",
-        description="Submit runs, watch their metrics and timelines, manage tokens and task sets. "
+        description="Submit runs, watch their metrics and timelines, manage tokens, models and "
+        "task sets. "
         "Every /api/v1 route needs `Authorization: Bearer <token>`.",
         lifespan=lifespan,
     )
@@ -100,5 +102,10 @@ def create_app(settings: Settings, *, launch: bool = True, backend: Any = None) 
     def dashboard() -> FileResponse:
         return FileResponse(WEB_DIR / "index.html", headers={"Cache-Control": "no-cache"})
 
-    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        BodySizeLimit,
+        max_bytes=settings.max_body_bytes,
+        large_paths=UPLOAD_PATHS,
+        large_max_bytes=settings.max_upload_bytes,
+    )
     return app

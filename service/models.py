@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     Enum,
     Float,
@@ -41,6 +43,18 @@ RUN_STATUS_TYPE = Enum(
     values_callable=lambda e: [m.value for m in e],
 )
 
+# Byte offsets into the run's JSONL files: 64-bit (SQLite's INTEGER already is).
+OFFSET_TYPE = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class ArtifactOrigin(StrEnum):
+    """Where an artifact's files are: a host path an admin registered, files uploaded into the
+    service's data dir, or (task sets only) a dataset URI the service records but never reads."""
+
+    HOST = "host"
+    UPLOAD = "upload"
+    URI = "uri"
+
 
 class Token(Base):
     __tablename__ = "tokens"
@@ -52,6 +66,8 @@ class Token(Base):
         String(12), unique=True, index=True, default=new_public_id
     )
     is_admin: Mapped[bool] = mapped_column(Boolean, default=False)
+    # concurrent (queued / starting / running) runs this token may have; None: the service default
+    max_active_runs: Mapped[int | None] = mapped_column(Integer, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
 
@@ -75,8 +91,8 @@ class Run(Base):
     job_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     cancel_requested_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
-    metrics_offset: Mapped[int] = mapped_column(Integer, default=0)
-    spans_offset: Mapped[int] = mapped_column(Integer, default=0)
+    metrics_offset: Mapped[int] = mapped_column(OFFSET_TYPE, default=0)
+    spans_offset: Mapped[int] = mapped_column(OFFSET_TYPE, default=0)
     updates_done: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
@@ -134,7 +150,10 @@ class SpanRow(Base):
 
 
 class TaskSet(Base):
-    """A registered collection of tasks (SWE-smith instances, SETA / Terminal-Bench tasks...)."""
+    """A registered collection of tasks (SWE-smith instances, SETA / Terminal-Bench tasks...).
+
+    `origin` says where its tasks are (`ArtifactOrigin`): `source` for a host path (admins only),
+    the service's data dir for uploads; `shared` (admins only) lets every token use it."""
 
     __tablename__ = "task_sets"
     __table_args__ = (UniqueConstraint("owner_id", "name", name="uq_task_sets_owner_name"),)
@@ -147,4 +166,23 @@ class TaskSet(Base):
     description: Mapped[str] = mapped_column(Text, default="")
     task_count: Mapped[int | None] = mapped_column(Integer, nullable=True)
     meta: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    origin: Mapped[str] = mapped_column(String(20), default=ArtifactOrigin.HOST.value)
+    shared: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class ModelArtifact(Base):
+    """A model directory runs may start from (`model.path`) or distil from (`teacher.model`):
+    a host path an admin registered (`path`), or files uploaded into the service's data dir."""
+
+    __tablename__ = "models"
+    __table_args__ = (UniqueConstraint("owner_id", "name", name="uq_models_owner_name"),)
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
+    owner_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("tokens.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(200))
+    origin: Mapped[str] = mapped_column(String(20))
+    path: Mapped[str | None] = mapped_column(Text, nullable=True)
+    description: Mapped[str] = mapped_column(Text, default="")
+    shared: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

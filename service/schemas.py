@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import uuid
 from datetime import datetime
-from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -88,6 +87,13 @@ class TokenCreate(RequestBody):
         description="who or what uses the token ('admin' is reserved for the configured one)",
     )
     is_admin: bool = Field(False, description="admins create and revoke tokens")
+    max_active_runs: int | None = Field(
+        None,
+        ge=0,
+        le=100_000,
+        description="runs this token may have queued or running at once (None: the service's "
+        "default, `--max-active-runs-per-token`; 0: no limit)",
+    )
 
     @field_validator("name")
     @classmethod
@@ -108,6 +114,7 @@ class TokenPublic(BaseModel):
         "secret: use it to recognise a token in lists and logs, or to revoke it"
     )
     is_admin: bool
+    max_active_runs: int | None
     created_at: datetime
     revoked_at: datetime | None
 
@@ -226,46 +233,3 @@ class SpansPublic(BaseModel):
     data: list[SpanPublic]
     count: int
     t0: float | None = Field(description="start of the run's first span (timeline origin)")
-
-
-# --- task sets ----------------------------------------------------------------------------------
-
-
-class TaskSetKind(StrEnum):
-    SWE_SMITH = "swe-smith"
-    SETA = "seta"
-    TERMINAL_BENCH = "terminal-bench"
-    HARBOR = "harbor"
-    SKYRL_GYM = "skyrl-gym"
-
-
-class TaskSetCreate(RequestBody):
-    name: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._-]+$")
-    kind: TaskSetKind
-    source: str = Field(
-        min_length=1, max_length=2000, description="directory, JSONL file or dataset URI"
-    )
-    description: str = Field("", max_length=5000)
-    meta: dict[str, Any] = Field(default_factory=dict)
-
-
-class TaskSetUpdate(RequestBody):
-    description: str | None = Field(None, max_length=5000)
-    meta: dict[str, Any] | None = None
-
-
-class TaskSetPublic(BaseModel):
-    model_config = ConfigDict(from_attributes=True)
-    id: uuid.UUID
-    name: str
-    kind: str
-    source: str
-    description: str
-    task_count: int | None = Field(description="tasks found at a local source; None if unknown")
-    meta: dict[str, Any]
-    created_at: datetime
-
-
-class TaskSetsPublic(BaseModel):
-    data: list[TaskSetPublic]
-    count: int

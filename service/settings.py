@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 DEFAULT_MAX_BODY_BYTES = 1 << 20
+DEFAULT_MAX_UPLOAD_BYTES = 16 << 30  # one uploaded file (a model's safetensors)
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"  # bus.factory's default broker
 
 
 def default_driver_command() -> list[str]:
@@ -85,7 +87,14 @@ class Settings:
     launcher: str = "embedded"  # "embedded" (subprocess) or "ray" (Ray job submission)
     ray_address: str | None = None
     max_concurrent_runs: int = 1
+    # runs one token may have queued / starting / running at once (0: no limit); a token's own
+    # `max_active_runs` (set when an admin creates it) wins
+    max_active_runs_per_token: int = 8
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
+    # where drivers' Redis Streams buses live (TSRL_REDIS_URL, as for the driver): the launcher
+    # deletes a dead run's keys there; None skips that
+    redis_url: str | None = DEFAULT_REDIS_URL
     poll_interval_s: float = 0.5
     cancel_grace_s: float = 600.0
     stop_runs_on_exit: bool = True
@@ -119,10 +128,15 @@ class Settings:
             ("database_url", "TSRL_DATABASE_URL"),
             ("launcher", "TSRL_LAUNCHER"),
             ("ray_address", "TSRL_RAY_ADDRESS"),
+            ("redis_url", "TSRL_REDIS_URL"),
         ):
             if env.get(name):
                 values[key] = env[name]
-        if "TSRL_MAX_CONCURRENT_RUNS" in env:
-            values["max_concurrent_runs"] = int(env["TSRL_MAX_CONCURRENT_RUNS"])
+        for key, name in (
+            ("max_concurrent_runs", "TSRL_MAX_CONCURRENT_RUNS"),
+            ("max_active_runs_per_token", "TSRL_MAX_ACTIVE_RUNS_PER_TOKEN"),
+        ):
+            if name in env:
+                values[key] = int(env[name])
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)  # type: ignore[arg-type]

@@ -4,7 +4,8 @@ ones, forwards cancel requests, and finalises runs whose driver has exited.
 It is the only writer of run state after `queued` (the API only queues, and cancels queued runs).
 Runs that a previous service process left `starting` / `running` are reconciled: a driver still
 alive is adopted and watched; otherwise the run is finalised from DIR/status.json, or failed with a
-reason. One launcher per database.
+reason. One launcher per database. Every run finalised here has a dead driver: its Redis bus
+keys, which a SIGKILLed driver leaves behind, are deleted (service/launcher/broker.py).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from service.db import session_scope, utcnow
 from service.launcher.backends import EXIT_UNKNOWN, EmbeddedBackend, Handle
+from service.launcher.broker import RunBusIds, clean_run_keys
 from service.launcher.ingest import ingest_run
 from service.launcher.outcome import decide_outcome
 from service.models import Run
@@ -39,6 +41,16 @@ def make_backend(settings: Settings) -> Any:
 
         return RayJobBackend(settings.driver_command, settings.ray_address)
     raise ValueError(f"launcher {settings.launcher!r} unknown: use 'embedded' or 'ray'")
+
+
+def bus_ids(run: Run) -> RunBusIds:
+    return RunBusIds(
+        run_id=str(run.id),
+        name=str(run.config.get("name", run.name)),
+        pid=run.pid,
+        started=run.started_at.timestamp() if run.started_at is not None else None,
+        finished=time.time(),
+    )
 
 
 class Launcher:
@@ -178,6 +190,7 @@ class Launcher:
         run.finished_at = utcnow()
         self.handles.pop(run.id, None)
         log.info("run %s %s: %s", run.id, status, reason)
+        clean_run_keys(self.settings.redis_url, [bus_ids(run)])
 
     def _start_queued(self) -> None:
         free = self.settings.max_concurrent_runs - len(self.handles)

@@ -3,7 +3,7 @@ allows (or nearly allows) makes the server answer 5xx, on SQLite and on PostgreS
 NUL bytes and int64 overflow that SQLite accepts). Kept bounded: a few examples per operation.
 
 The stateful test chains calls along the links schemathesis infers from the spec (the id of a
-created run, task set or token feeds the calls on it): a resource answers while it exists, and is
+created run, task set, model or token feeds the calls on it): a resource answers while it exists, and is
 gone after DELETE (tokens are revoked, not deleted: they stay readable)."""
 
 from __future__ import annotations
@@ -84,6 +84,10 @@ EXPECTED_LINKS = {
     ("POST /api/v1/runs", "DELETE /api/v1/runs/{run_id}"),
     ("POST /api/v1/task-sets", "PATCH /api/v1/task-sets/{task_set_id}"),
     ("POST /api/v1/task-sets", "DELETE /api/v1/task-sets/{task_set_id}"),
+    ("POST /api/v1/task-sets", "PUT /api/v1/task-sets/{task_set_id}/files/{file_path}"),
+    ("POST /api/v1/models", "GET /api/v1/models/{model_id}"),
+    ("POST /api/v1/models", "PUT /api/v1/models/{model_id}/files/{file_path}"),
+    ("POST /api/v1/models", "DELETE /api/v1/models/{model_id}"),
     ("POST /api/v1/tokens", "GET /api/v1/tokens/{token_id}"),
     ("POST /api/v1/tokens", "DELETE /api/v1/tokens/{token_id}"),
 }
@@ -108,7 +112,7 @@ def test_stateful_workflows_have_no_server_errors(api_schema: Any) -> None:
             # every scenario starts from the same database (only the admin token), so a name
             # taken by an earlier scenario cannot turn a 201 into a 409 and change what follows
             with engine.begin() as conn:
-                for name in ("updates", "spans", "runs", "task_sets"):
+                for name in ("updates", "spans", "runs", "task_sets", "models"):
                     conn.execute(text(f"DELETE FROM {name}"))
                 conn.execute(text("DELETE FROM tokens WHERE name <> 'admin'"))
 
@@ -141,5 +145,11 @@ def test_stateful_workflows_have_no_server_errors(api_schema: Any) -> None:
     )
     # scenarios went past their first call: what a call created was then used by a linked one
     ok = {label for label, status in steps if status < 400}
-    assert {"POST /api/v1/runs", "POST /api/v1/task-sets", "POST /api/v1/tokens"} <= ok, steps
+    made = {
+        "POST /api/v1/runs",
+        "POST /api/v1/task-sets",
+        "POST /api/v1/models",
+        "POST /api/v1/tokens",
+    }
+    assert made <= ok, steps
     assert {label for label in ok if "{" in label}, steps

@@ -18,6 +18,8 @@ from service.api.deps import (
     Skip,
     TextFilter,
 )
+from service.artifacts import ArtifactError, resolve_run_artifacts
+from service.errors import field_error
 from service.schemas import (
     ErrorDetail,
     LogChunk,
@@ -37,10 +39,7 @@ MAX_LOG_CHUNK = 256 * 1024
 
 def config_error(msg: str, loc: list[str | int]) -> HTTPException:
     """422 in FastAPI's validation-error shape, with the config's own message (field + fix)."""
-    return HTTPException(
-        status_code=status.HTTP_422_UNPROCESSABLE_CONTENT,
-        detail=[{"loc": ["body", *loc], "msg": msg, "type": "config_error"}],
-    )
+    return field_error(msg, ["body", *loc], "config_error")
 
 
 def resolve_config(run_in: RunCreate) -> Any:
@@ -62,7 +61,22 @@ def resolve_config(run_in: RunCreate) -> Any:
         ) from None
 
 
-@router.post("", response_model=RunDetail, status_code=status.HTTP_201_CREATED)
+def quota_exceeded(active: int, limit: int) -> HTTPException:
+    return HTTPException(
+        status_code=status.HTTP_429_TOO_MANY_REQUESTS,
+        detail=f"quota: this token has {active} runs queued or running and may have {limit} at "
+        "once; wait for one to finish or cancel one (POST /api/v1/runs/{id}/cancel), or ask an "
+        "admin for a token with a larger max_active_runs",
+        headers={"Retry-After": "30"},
+    )
+
+
+@router.post(
+    "",
+    response_model=RunDetail,
+    status_code=status.HTTP_201_CREATED,
+    responses={429: {"model": ErrorDetail, "description": "the token's run quota is used up"}},
+)
 def create_run(
     request: Request,
     session: SessionDep,
@@ -71,8 +85,20 @@ def create_run(
     run_in: RunCreate,
 ) -> RunDetail:
     """Queue a run. The resolved config is validated now (422 names the field and the fix) and
-    stored with the run; the launcher starts it when a slot is free."""
+    stored with the run; the launcher starts it when a slot is free. `model.path`,
+    `teacher.model` and `env.tasks` name artifacts (GET /models, GET /task-sets), never host
+    paths. 429 when the token already has its quota of runs queued or running."""
     config = resolve_config(run_in)
+    try:
+        config = resolve_run_artifacts(session, settings, token, config)
+    except ArtifactError as err:
+        raise config_error(str(err), ["config", *err.field.split(".")]) from None
+    limit = crud.run_quota(token=token, default=settings.max_active_runs_per_token)
+    if limit:
+        crud.lock_token(session=session, token=token)  # one submission per token at a time (PG)
+        active = crud.count_active_runs(session=session, owner_id=token.id)
+        if active >= limit:
+            raise quota_exceeded(active, limit)
     run = crud.create_run(
         session=session,
         owner=token,
@@ -82,6 +108,11 @@ def create_run(
         runs_dir=settings.runs_dir,
         backend=settings.launcher,
     )
+    if limit:  # counted again with the new row: SQLite serialises writers, not the check above
+        active = crud.count_active_runs(session=session, owner_id=token.id)
+        if active > limit:
+            session.rollback()
+            raise quota_exceeded(active - 1, limit)
     session.commit()
     launcher = getattr(request.app.state, "launcher", None)
     if launcher is not None:
