@@ -86,3 +86,24 @@ def learner_cost(
         and res["throughput_vs_textbook"] >= 0.9
     )
     typer.echo(json.dumps(res) if as_json else json.dumps(res, indent=2))
+
+
+@bench_app.command("memory")
+def memory(
+    lengths: str = typer.Option("256,1024,4096", help="GRPO continuation lengths"),
+    turns: str = typer.Option("2,8,32,64", help="OPD turns per trajectory"),
+    opd_turn_graphs: str = typer.Option("recompute", help="learner.opd_turn_graphs for OPD"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Peak learner memory: stream vs sync vs textbook, GRPO vs length and OPD vs turns."""
+    from bench.memory import run_memory
+
+    try:
+        ls = tuple(int(x) for x in lengths.split(","))
+        ts = tuple(int(x) for x in turns.split(","))
+    except ValueError:
+        raise typer.BadParameter("give comma-separated integers, e.g. --turns 2,8,32") from None
+    if opd_turn_graphs not in ("recompute", "keep", "auto"):
+        raise typer.BadParameter("use --opd-turn-graphs recompute, keep or auto")
+    res = run_memory(ls, ts, opd_turn_graphs)
+    typer.echo(json.dumps(res) if as_json else json.dumps(res, indent=2))

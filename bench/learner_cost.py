@@ -45,8 +45,9 @@ def make_batch(seed: int, vocab: int, groups: int, size: int, prompt: int, respo
             resp = tuple(rng.randrange(8, vocab) for _ in range(n))
             mask = tuple(0 if rng.random() < 0.2 else 1 for _ in range(n))
             t = rng.uniform(0, 10)
-            b.events.append((t, GrpoContent(f"{gid}/t{i}", gid, i, resp, mask)))
+            # as the driver sends a finished trajectory: its reward, then its content
             b.events.append((t, GrpoReward(f"{gid}/r{i}", gid, i, rng.choice([0.0, 1.0]))))
+            b.events.append((t, GrpoContent(f"{gid}/t{i}", gid, i, resp, mask)))
     b.events.sort(key=lambda e: e[0])
     return b
 

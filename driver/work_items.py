@@ -35,9 +35,11 @@ def to_work_items(ev: SourceReady) -> list[WorkItem]:
     p = ev.prompt_len
     index = ev.index
     assert index is not None and ev.reward is not None  # SourceReady validates grpo payloads
+    # the reward first: bound before its content is applied, H_i goes straight into G1 and G2
+    # (content first would hold a full-size copy of H_i until the reward's turn in the queue)
     return [
+        GrpoReward(ev.source_id + "/reward", ev.group_id, index, float(ev.reward)),
         GrpoContent(
             ev.source_id, ev.group_id, index, tuple(ev.token_ids[p:]), tuple(ev.action_mask[p:])
         ),
-        GrpoReward(ev.source_id + "/reward", ev.group_id, index, float(ev.reward)),
     ]

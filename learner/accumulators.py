@@ -117,6 +117,10 @@ class BufferPool:
         self.track(buf.numel() * buf.element_size())
         return buf
 
+    def drop_free(self) -> None:
+        """Give the recycled buffers back to the allocator (before the step allocates)."""
+        self._free.clear()
+
     def release(self, buf: torch.Tensor) -> None:
         self.track(-buf.numel() * buf.element_size())
         self._free[(buf.numel(), buf.dtype)].append(buf)
@@ -202,3 +206,85 @@ class GradSink:
                 out.append(view)
         stream.synchronize()
         return out
+
+    def stage(self, i: int, g: torch.Tensor) -> torch.Tensor:
+        """Start copying parameter i's gradient into its pinned staging view (see `wait`)."""
+        if self._staging is None:
+            pinned = torch.empty(self.spec.total, dtype=self.dtype, pin_memory=True)
+            self._staging = self.spec.unflatten(pinned)
+            self._stream = torch.cuda.Stream(device=g.device)
+        stream = self._stream
+        assert stream is not None
+        stream.wait_stream(torch.cuda.current_stream(g.device))
+        view = self._staging[i]
+        with torch.cuda.stream(stream):
+            view.copy_(g, non_blocking=True)
+            g.record_stream(stream)
+        return view
+
+    def wait(self) -> None:
+        if self._stream is not None:
+            self._stream.synchronize()
+
+
+Target = tuple[Sequence[torch.Tensor], float]  # (per-parameter views of a sum, weight)
+
+
+class GradRouter:
+    """Adds each parameter's gradient into the active sums the moment autograd produces it.
+
+    A post-accumulate-grad hook per parameter: during a routed backward, `p.grad` is added into
+    every target (`views[i] += w * grad`) and dropped at once, so a source never holds a
+    full-size gradient vector (autograd.grad would return all of them together). Outside a
+    routed backward the hooks do nothing. Across devices (CUDA compute, host sums) the hook
+    copies into the sink's pinned staging buffer and the adds run once the backward is done.
+    """
+
+    def __init__(self, params: Sequence[torch.Tensor], sink: GradSink) -> None:
+        self.sink = sink
+        self._index = {id(p): i for i, p in enumerate(params)}
+        self._targets: list[Target] | None = None
+        self._staged: list[tuple[int, torch.Tensor]] = []
+        self._handles = [p.register_post_accumulate_grad_hook(self._hook) for p in params]
+
+    def _hook(self, p: torch.Tensor) -> None:
+        if self._targets is None or p.grad is None:
+            return
+        i = self._index[id(p)]
+        g = p.grad
+        p.grad = None
+        if g.device != self.sink.acc_device:
+            self._staged.append((i, self.sink.stage(i, g)))
+            return
+        for views, w in self._targets:
+            views[i].add_(g, alpha=w)
+
+    def backward(
+        self,
+        targets: list[Target],
+        outputs: Sequence[torch.Tensor],
+        grad_outputs: Sequence[torch.Tensor] | None = None,
+        *,
+        inputs: Sequence[torch.Tensor],
+        retain_graph: bool = False,
+    ) -> None:
+        self._targets = targets
+        try:
+            torch.autograd.backward(
+                list(outputs),
+                grad_tensors=list(grad_outputs) if grad_outputs is not None else None,
+                inputs=list(inputs),
+                retain_graph=retain_graph,
+            )
+            if self._staged:
+                self.sink.wait()
+                for i, g in self._staged:
+                    for views, w in targets:
+                        views[i].add_(g, alpha=w)
+        finally:
+            self._targets = None
+            self._staged = []
+
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()

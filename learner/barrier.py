@@ -63,6 +63,7 @@ def barrier_step(
             + ". Close every group/trajectory (or call close_batch and drain) before the barrier."
         )
     t0 = time.perf_counter()
+    engine.pool.drop_free()  # the group buffers are done: their memory is the step's now
     vec = engine.acc.grad  # reduced and normalised in place: the engine is done with it
     counts = torch.tensor(
         [float(engine.acc.groups_closed), float(engine.acc.scored_tokens)], dtype=torch.float64
@@ -82,8 +83,7 @@ def barrier_step(
     clip = min(1.0, max_grad_norm / (norm + 1e-6)) if math.isfinite(norm) else 0.0
     if not math.isfinite(norm):
         raise BarrierError(f"update {version}: gradient norm is {norm}; the step was not taken")
-    step_grad = grad * clip if clip < 1.0 else grad
-    optimizer.step(engine.spec.unflatten(step_grad))
+    optimizer.step(engine.spec.unflatten(grad), scale=clip)
     t2 = time.perf_counter()
     new_version = version + 1
     if publish is not None:

@@ -23,8 +23,15 @@ import torch
 from torch import nn
 
 from learner import engine_grpo, engine_opd
-from learner.accumulators import BufferPool, FlatSpec, GradSink, UpdateAccumulator
-from learner.engine_grpo import Group, SourceError
+from learner.accumulators import (
+    BufferPool,
+    FlatSpec,
+    GradRouter,
+    GradSink,
+    Target,
+    UpdateAccumulator,
+)
+from learner.engine_grpo import Group, SourceError, take_grads
 from learner.engine_opd import Traj
 from learner.sources import (
     GrpoContent,
@@ -59,6 +66,7 @@ class GradientEngine:
         keep_turn_graphs: bool = True,
         logprob_chunk: int = 1024,
         pool: BufferPool | None = None,
+        router: GradRouter | None = None,
     ) -> None:
         self.model = model
         self.params = params
@@ -75,7 +83,9 @@ class GradientEngine:
         self.keep_turn_graphs = keep_turn_graphs
         self.logprob_chunk = logprob_chunk
         self.pool = pool or BufferPool(self.acc_device, pin=self.device.type == "cuda")
-        self.sink = GradSink(self.spec, self.acc_device, accum_dtype)
+        self.router = router or GradRouter(
+            params, GradSink(self.spec, self.acc_device, accum_dtype)
+        )
         # the update's sum spans groups closing in any order (sync closes them one by one,
         # stream as they finish): fp64 keeps it order-free; one add per group / trajectory close
         self.acc = UpdateAccumulator(self.spec, self.pool, torch.float64)
@@ -89,7 +99,8 @@ class GradientEngine:
         self.pending_rewards: dict[str, dict[int, float]] = {}
         self.applied: set[str] = set()
         self.counters: Counter[str] = Counter()
-        self.timers: dict[str, float] = {"bookkeeping": 0.0}  # seconds of accumulator work
+        # seconds: "backward" includes the routed adds, "bookkeeping" the rest of the vector work
+        self.timers: dict[str, float] = {"bookkeeping": 0.0, "backward": 0.0}
         self.peak_open = 0
 
     @contextmanager
@@ -182,20 +193,44 @@ class GradientEngine:
             n += 1
         return n
 
-    def grad_through(
-        self, outs: list[torch.Tensor], adj: list[torch.Tensor], inputs: list[torch.Tensor]
-    ) -> tuple[torch.Tensor | None, ...]:
-        """Vector-Jacobian product of `adj` through `outs`; frozen outputs (LoRA) are skipped."""
+    def backprop(
+        self,
+        targets: list[Target],
+        outs: list[torch.Tensor],
+        adj: list[torch.Tensor],
+        leaves: list[torch.Tensor],
+    ) -> list[torch.Tensor | None]:
+        """Push `adj` back through `outs` into the parameter sums `targets`; returns the
+        adjoints of `leaves` (earlier K/V). Frozen outputs (LoRA) are skipped."""
         pairs = [
             (o, a.to(device=o.device, dtype=o.dtype))
             for o, a in zip(outs, adj, strict=True)
             if o.requires_grad
         ]
         if not pairs:
-            return tuple(None for _ in inputs)
-        return torch.autograd.grad(
-            [o for o, _ in pairs], inputs, grad_outputs=[a for _, a in pairs], allow_unused=True
+            return [None for _ in leaves]
+        self.routed_backward(targets, [o for o, _ in pairs], [a for _, a in pairs], leaves=leaves)
+        return take_grads(leaves)
+
+    def routed_backward(
+        self,
+        targets: list[Target],
+        outputs: list[torch.Tensor],
+        grad_outputs: list[torch.Tensor] | None = None,
+        *,
+        leaves: list[torch.Tensor],
+        retain_graph: bool = False,
+    ) -> None:
+        """One backward whose parameter gradients go straight into `targets` (in place)."""
+        t0 = time.perf_counter()
+        self.router.backward(
+            targets,
+            outputs,
+            grad_outputs,
+            inputs=[*self.params, *leaves],
+            retain_graph=retain_graph,
         )
+        self.timers["backward"] += time.perf_counter() - t0
 
     def abort(self, key: str) -> None:
         """Drop a group / trajectory whose rollout failed: none of its work reaches the update.

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from learner.accumulators import ParamSum, add_into
+from learner.accumulators import ParamSum, Target, add_into
 from learner.boundary import KV, detach_leaves, run_segment
 from learner.logprobs import scored_logprobs
 from learner.objectives import group_coefficients
@@ -31,6 +31,14 @@ class SourceError(ValueError):
 
 def flat_kv(kv_list: list[KV]) -> list[torch.Tensor]:
     return [t for k, v in kv_list for t in (k, v)]
+
+
+def take_grads(leaves: list[torch.Tensor]) -> list[torch.Tensor | None]:
+    """The leaves' accumulated adjoints, reset (leaves are reused by a group's continuations)."""
+    out = [x.grad for x in leaves]
+    for x in leaves:
+        x.grad = None
+    return out
 
 
 @dataclass
@@ -101,19 +109,18 @@ def content(e: GradientEngine, item: GrpoContent) -> None:
     w = 1.0 / max(n_scored, 1.0) if e.token_weighting == "seq_mean" else 1.0
     s = lp.sum() * w
     leaves = flat_kv(g.leaves)
-    grads = torch.autograd.grad(s, [*e.params, *leaves], allow_unused=True)
+    known = item.index in g.rewards
+    r = g.rewards[item.index] - float(g.shift or 0.0) if known else 0.0
+    held = None if known else ParamSum(e.spec, e.pool, e.dtype)  # H_i waits for r_i
+    targets: list[Target] = [(g.g2.views, 1.0)]
+    targets.append((g.g1.views, r) if held is None else (held.views, 1.0))
+    e.routed_backward(targets, [s], leaves=leaves)
+    lh = take_grads(leaves)
     with e.bookkeeping():
-        h = e.sink.to_acc(grads[: len(e.params)])
-        lh: list[torch.Tensor | None] = list(grads[len(e.params) :])
-        g.g2.add(h)
         add_into(g.leaf_g2, lh)
-        if item.index in g.rewards:
-            r = g.rewards[item.index] - float(g.shift or 0.0)
-            g.g1.add(h, r)
+        if held is None:
             add_into(g.leaf_g1, lh, r)
-        else:  # late reward binding: a held copy of H_i waits for r_i
-            held = ParamSum(e.spec, e.pool, e.dtype)
-            held.add(h)
+        else:
             g.held[item.index] = (held, lh)
     g.done.add(item.index)
     e.counters["held_peak"] = max(e.counters["held_peak"], len(g.held))
@@ -156,9 +163,7 @@ def maybe_close(e: GradientEngine, g: Group) -> None:
         g_dir.flat.mul_(a).add_(g.g2.flat, alpha=b)
     if g.prompt_kv:
         adj = [x1 * a + x2 * b for x1, x2 in zip(g.leaf_g1, g.leaf_g2, strict=True)]
-        grads = e.grad_through(flat_kv(g.prompt_kv), adj, list(e.params))
-        with e.bookkeeping():
-            g_dir.add(e.sink.to_acc(grads))
+        e.backprop([(g_dir.views, 1.0)], flat_kv(g.prompt_kv), adj, [])
         e.counters["prompt_backwards"] += 1
     with e.bookkeeping():
         e.acc.add_sum(g_dir)

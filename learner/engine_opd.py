@@ -17,7 +17,7 @@ import torch
 
 from learner.accumulators import ParamSum
 from learner.boundary import KV, run_segment
-from learner.engine_grpo import SourceError, flat_kv
+from learner.engine_grpo import SourceError, flat_kv, take_grads
 from learner.kvstore import KVStore
 from learner.logprobs import scored_logprobs
 from learner.objectives import opd_advantages
@@ -90,15 +90,14 @@ def turn(e: GradientEngine, item: OpdTurn) -> None:
         raise SourceError(f"source {item.source_id}: {err}") from None
     earlier = flat_kv(past)
     if scored.numel():
-        grads = torch.autograd.grad(
-            (adv * scored).sum(),
-            [*e.params, *earlier],
+        e.routed_backward(
+            [(t.acc.views, 1.0)],
+            [(adv * scored).sum()],
+            leaves=earlier,
             retain_graph=e.keep_turn_graphs,
-            allow_unused=True,
         )
         with e.bookkeeping():
-            t.acc.add(e.sink.to_acc(grads[: len(e.params)]))
-            t.store.add_adjoint(grads[len(e.params) :], upto=t.pos)
+            t.store.add_adjoint(take_grads(earlier), upto=t.pos)
     t.scored += int(scored.numel())
     kept = (out.kv, past) if e.keep_turn_graphs else None
     t.turns.append(Turn(t.pos, tokens, kept))
@@ -122,11 +121,9 @@ def close(e: GradientEngine, item: OpdClose) -> None:
                 e.model, tj.tokens, past=past, start=tj.start, checkpoint=e.checkpoint
             ).kv
             e.counters["turn_recomputes"] += 1
-        earlier = flat_kv(past)
-        grads = e.grad_through(flat_kv(own), adj, [*e.params, *earlier])
+        lg = e.backprop([(t.acc.views, 1.0)], flat_kv(own), adj, flat_kv(past))
         with e.bookkeeping():
-            t.acc.add(e.sink.to_acc(grads[: len(e.params)]))
-            t.store.add_adjoint(grads[len(e.params) :], upto=tj.start)
+            t.store.add_adjoint(lg, upto=tj.start)
         tj.kept = None  # its graph is spent
         e.counters["deferred_propagations"] += 1
     with e.bookkeeping():

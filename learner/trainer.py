@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from learner.accumulators import BufferPool, free_lists
+from learner.accumulators import BufferPool, FlatSpec, GradRouter, GradSink
 from learner.arch import check_cuttable
 from learner.barrier import Publisher, StepStats, barrier_step
 from learner.device import DTYPES, accumulator_device, resolve_device, set_determinism
@@ -60,8 +60,10 @@ class Learner:
         self.version = 0
         self.last_engine: GradientEngine | None = None  # the engine of the last step (its counters)
         self.accum_device = accumulator_device(cfg.learner.accum_device, self.device)
-        # accumulator buffers recycled across updates (no page faults per group at real sizes)
-        self.free_buffers = free_lists()
+        # one hook per parameter, for every update: gradients go straight into the sums
+        acc_dtype = DTYPES[cfg.learner.accum_dtype]
+        flat = FlatSpec(self.params, device=self.accum_device)
+        self.router = GradRouter(self.params, GradSink(flat, self.accum_device, acc_dtype))
         self.optimizer: StepOptimizer
         if self.ctx.distributed:
             self.optimizer = FSDP2Optimizer(model, self.params, cfg.optim, self.ctx)
@@ -84,9 +86,8 @@ class Learner:
             checkpoint=lc.activation_checkpointing,
             keep_turn_graphs=self.keep_turn_graphs,
             logprob_chunk=lc.logprob_chunk,
-            pool=BufferPool(
-                self.accum_device, pin=self.device.type == "cuda", shared=self.free_buffers
-            ),
+            pool=BufferPool(self.accum_device, pin=self.device.type == "cuda"),
+            router=self.router,
         )
 
     @property

@@ -70,7 +70,7 @@ def test_grpo_source_carries_its_group_index_as_a_field() -> None:
         prompt_len=2,
         **base,
     )
-    content, reward = to_work_items(ev)
+    reward, content = to_work_items(ev)  # the reward first: bound before H_i is computed
     assert content == GrpoContent("s", "g", 3, (7, 8), (1, 1))
     assert reward == GrpoReward("s/reward", "g", 3, 0.5)
 
