@@ -5,7 +5,8 @@ runs in a fresh subprocess; peak memory is RSS (`ru_maxrss`) on CPU and
 `torch.cuda.max_memory_allocated` on CUDA, reported above the process baseline (after the model
 and the learner are built, before the update), the update's AdamW step included. The textbook
 learner is one plain forward + backward per [prompt; continuation] (OPD: per whole trajectory)
-with no streaming state, then its AdamW step. OPD also reports learner seconds per turn.
+with no streaming state, then its AdamW step; none of the three clips (the same update). OPD
+also reports learner seconds per turn.
 """
 
 from __future__ import annotations
@@ -96,6 +97,8 @@ def _one(
         cfg = load_run_config(
             data={
                 "objective": objective,
+                # the textbook learner takes a plain AdamW step: no clipping on either side
+                "optim": {"max_grad_norm": 1e9},
                 "learner": {"max_open_groups": 1, "opd_turn_graphs": opd_mode},
             }
         )

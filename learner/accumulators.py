@@ -90,6 +90,26 @@ def add_flat(dst: torch.Tensor, src: torch.Tensor, alpha: float = 1.0) -> None:
         dst[i : i + _CHUNK].add_(src[i : i + _CHUNK], alpha=alpha)
 
 
+def narrow_in_place(vec: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """`vec` converted to the narrower `dtype` inside its own storage (fp64 -> fp32: the first half
+    of the buffer), so the step's gradient costs no second full-size vector.
+
+    Chunk by chunk through a small temporary: output element i lands on bytes that belonged to
+    input elements < i/2 + 1, which were read before (this chunk into the temporary, the earlier
+    chunks before it). `vec` is consumed.
+    """
+    if vec.dtype == dtype:
+        return vec
+    width = torch.empty((), dtype=dtype).element_size()
+    if vec.element_size() % width or not vec.is_contiguous() or vec.dim() != 1:
+        return vec.to(dtype)
+    n = vec.numel()
+    out = vec.view(dtype)[:n]
+    for i in range(0, n, _CHUNK):
+        out[i : i + _CHUNK].copy_(vec[i : i + _CHUNK].to(dtype))
+    return out
+
+
 class BufferPool:
     """Recycled flat buffers; `held_bytes` is what one engine's work holds right now.
 

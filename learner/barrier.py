@@ -13,6 +13,7 @@ from typing import Protocol
 
 import torch
 
+from learner.accumulators import narrow_in_place
 from learner.engine import GradientEngine
 from learner.parallel import ParallelContext, StepOptimizer
 from tsrl.config import GroupReduction, Objective
@@ -37,7 +38,7 @@ class StepStats:
     reduce_s: float
     step_s: float
     publish_s: float
-    grad: torch.Tensor  # the normalised, pre-clip gradient (flat, accum dtype), for equivalence
+    grad: torch.Tensor  # the normalised, pre-clip gradient (flat, master dtype), for equivalence
 
 
 def barrier_step(
@@ -83,6 +84,8 @@ def barrier_step(
     clip = min(1.0, max_grad_norm / (norm + 1e-6)) if math.isfinite(norm) else 0.0
     if not math.isfinite(norm):
         raise BarrierError(f"update {version}: gradient norm is {norm}; the step was not taken")
+    # the step's gradient in the master dtype, inside the accumulator's own storage
+    grad = narrow_in_place(grad, optimizer.master[0].dtype) if optimizer.master else grad
     optimizer.step(engine.spec.unflatten(grad), scale=clip)
     t2 = time.perf_counter()
     new_version = version + 1

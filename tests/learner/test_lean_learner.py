@@ -145,3 +145,16 @@ def test_admission_by_bytes_holds_one_group_at_a_time_and_still_finishes(
     assert e_cap.pool.peak_held_bytes <= 5 * vec + 4 * vec  # + one held H_i at most
     assert torch.allclose(e_free.acc.grad, e_cap.acc.grad, rtol=0, atol=1e-12)
     assert not e_cap.open_sources()
+
+
+def test_narrowing_in_place_equals_a_plain_cast_and_reuses_the_storage(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import learner.accumulators as acc
+
+    monkeypatch.setattr(acc, "_CHUNK", 7)  # many chunks, including ones that overlap their input
+    v = torch.randn(1001, dtype=torch.float64, generator=torch.Generator().manual_seed(3)) * 1e3
+    want = v.float()
+    ptr = v.data_ptr()
+    got = acc.narrow_in_place(v, torch.float32)
+    assert torch.equal(got, want) and got.data_ptr() == ptr
