@@ -89,7 +89,7 @@ def _one(
     model.eval()
     vocab = int(model.config.vocab_size)
     if objective == "grpo":
-        batch = make_batch(0, vocab, groups=1, size=4, prompt=64, response=x)
+        batch = make_batch(0, vocab, groups=2, size=4, prompt=64, response=x)
     else:
         batch = _opd_batch(0, vocab, turns=x)
     learner = None

@@ -168,12 +168,24 @@ class ParamSum:
 
 
 class UpdateAccumulator:
-    """The update's unnormalised gradient sum plus the counts its normaliser needs."""
+    """The update's unnormalised gradient sum plus the counts its normaliser needs.
+
+    Allocated at the first group / trajectory close, not when the update opens: while the first
+    group runs its sources only its G1 and G2 are held (with one group per rank and update, the
+    update never holds more than the group's two vectors during its backward passes).
+    """
 
     def __init__(self, spec: FlatSpec, pool: BufferPool, dtype: torch.dtype) -> None:
-        self.sum = ParamSum(spec, pool, dtype)
+        self.spec, self.pool, self.dtype = spec, pool, dtype
+        self._sum: ParamSum | None = None
         self.groups_closed = 0
         self.scored_tokens = 0
+
+    @property
+    def sum(self) -> ParamSum:
+        if self._sum is None:
+            self._sum = ParamSum(self.spec, self.pool, self.dtype)
+        return self._sum
 
     @property
     def grad(self) -> torch.Tensor:

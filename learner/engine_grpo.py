@@ -161,6 +161,8 @@ def maybe_close(e: GradientEngine, g: Group) -> None:
     g_dir = g.g1  # G1's buffer becomes g_G: a * G1 + b * G2 (+ the prompt's part), in place
     with e.bookkeeping():
         g_dir.flat.mul_(a).add_(g.g2.flat, alpha=b)
+        g.g2.free()  # spent: the prompt backward and the update's sum need only g_G
+        g.g2 = g_dir
     if g.prompt_kv:
         adj = [x1 * a + x2 * b for x1, x2 in zip(g.leaf_g1, g.leaf_g2, strict=True)]
         e.backprop([(g_dir.views, 1.0)], flat_kv(g.prompt_kv), adj, [])
@@ -168,6 +170,8 @@ def maybe_close(e: GradientEngine, g: Group) -> None:
     with e.bookkeeping():
         e.acc.add_sum(g_dir)
     e.acc.groups_closed += 1
-    g.free()
+    g.g1.free()
+    for h, _ in g.held.values():
+        h.free()
     del e.groups[g.spec.group_id]
     e.closed.add(g.spec.group_id)
