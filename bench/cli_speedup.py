@@ -16,14 +16,19 @@ def speedup(
     rounds: int = typer.Option(2, min=1, help="sync/stream pairs, interleaved"),
     updates: int = typer.Option(4, min=2, help="updates per run (update 0 is warm-up)"),
     out: str = typer.Option(None, help="keep the run directories here (traces for tsrl predict)"),
+    load: float = typer.Option(
+        0.0, min=0.0, help="cores of fixed background CPU load while measuring (0: none)"
+    ),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Same workload under sync and stream: step time, speedup vs the (R+L+P)/(max(R,L)+P) bound."""
     from bench.speedup import run_speedup
 
-    res = run_speedup(objective, rounds=rounds, updates=updates, out=Path(out) if out else None)
+    res = run_speedup(
+        objective, rounds=rounds, updates=updates, out=Path(out) if out else None, load=load
+    )
     res["goal_met"] = bool(
-        res["efficiency"] >= 0.90
+        res["efficiency"] >= (0.85 if load > 0 else 0.90)  # issue 16: >= 0.85 under the load
         and res["idle_share_stream"] <= 0.10
         and res["peak_rss_ratio"] <= 1.10
         and res["max_param_gap"] <= 1e-6

@@ -6,6 +6,8 @@ alternating so that machine drift hits both alike. Per-update numbers come from 
 directories; update 0 (first-call warm-up) is left out. The rollout side and the learner are
 pinned to different cores (see `placement`). `max_param_gap` replays every stream run's logged
 batches through `sync` from theta_0 and compares with the parameters the run published.
+`load` > 0 runs that many cores of fixed background CPU load (`bench.load`) during every run, so
+the speedup's robustness to other work on the machine is measured too.
 """
 
 from __future__ import annotations
@@ -70,8 +72,13 @@ def _p(xs: list[float]) -> float:
 
 
 def run_speedup(
-    objective: str, rounds: int = 2, updates: int = 4, out: Path | None = None
+    objective: str,
+    rounds: int = 2,
+    updates: int = 4,
+    out: Path | None = None,
+    load: float = 0.0,
 ) -> dict[str, Any]:
+    from bench.load import BackgroundLoad
     from driver.replay import replay_gap
     from driver.run import RunDriver
 
@@ -83,7 +90,8 @@ def run_speedup(
         for schedule in ("sync", "stream"):
             cfg = workload_config(objective, schedule, updates)
             rd = RunFiles(root / f"{schedule}-r{r}")
-            RunDriver(cfg, rd.root, log_batches=schedule == "stream").run()
+            with BackgroundLoad(load):  # the replay below runs without it
+                RunDriver(cfg, rd.root, log_batches=schedule == "stream").run()
             per[schedule] += rd.read_metrics()[1:]
             placement = next((x for x in rd.log_lines() if "placement" in x), "")
             if schedule == "stream":
@@ -112,5 +120,6 @@ def run_speedup(
         "ready_to_recv_p99_ms": max(m["ready_to_recv_p99_ms"] for m in stream),
         "updates_measured": {"sync": len(sync), "stream": len(stream)},
         "placement": placement.split("placement: ", 1)[-1],
+        "load_cores": load,
         "run_dirs": str(root),
     }

@@ -1,0 +1,82 @@
+"""A fixed background CPU load for the benchmarks (`tsrl bench speedup --load CORES`).
+
+`CORES` cores' worth of busy work: ceil(CORES) child processes, each spinning for its share of
+every 10 ms period and sleeping for the rest (CORES = 1.5 -> two processes at 75 %). They are
+not pinned, so they compete with the rollout core and the learner core alike, the way other work
+on the machine does. Each child is started and stopped by its own handle (never by name) and also
+exits by itself when its parent dies (it watches its parent's pid).
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from types import TracebackType
+
+PERIOD_S = 0.01
+_CHILD = """
+import os, sys, time
+duty, period, parent = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+x = 0
+while os.getppid() == parent:
+    t = time.perf_counter()
+    while time.perf_counter() - t < duty * period:
+        x = (x * 1103515245 + 12345) % 2147483648
+    if duty < 1.0:
+        time.sleep((1.0 - duty) * period)
+"""
+
+
+def shares(cores: float) -> list[float]:
+    """Duty cycle of each background process for `cores` cores of load."""
+    if cores < 0:
+        raise ValueError(f"--load {cores}: use a number of cores >= 0 (0 disables the load)")
+    n = math.ceil(cores)
+    return [cores / n] * n if n else []
+
+
+class BackgroundLoad:
+    """Context manager: the load runs inside the `with` block."""
+
+    def __init__(self, cores: float) -> None:
+        self.cores = cores
+        self.duties = shares(cores)
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def __enter__(self) -> BackgroundLoad:
+        import os
+
+        for d in self.duties:
+            self.procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-c", _CHILD, f"{d:.6f}", str(PERIOD_S), str(os.getpid())],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                )
+            )
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(timeout=5)
+        self.procs = []
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs]
