@@ -127,12 +127,15 @@ class BufferPool:
         self.peak_held_bytes = 0
         self.allocations = 0
 
-    def acquire(self, numel: int, dtype: torch.dtype) -> torch.Tensor:
+    def acquire(self, numel: int, dtype: torch.dtype, zero: bool = True) -> torch.Tensor:
         free = self._free[(numel, dtype)]
         if free:
-            buf = free.pop().zero_()
+            buf = free.pop()
+            if zero:
+                buf.zero_()
         else:
-            buf = torch.zeros(numel, dtype=dtype, device=self.device, pin_memory=self.pin)
+            make = torch.zeros if zero else torch.empty
+            buf = make(numel, dtype=dtype, device=self.device, pin_memory=self.pin)
             self.allocations += 1
         self.track(buf.numel() * buf.element_size())
         return buf
@@ -152,19 +155,62 @@ class BufferPool:
 
 
 class ParamSum:
-    """sum_i w_i H_i over the parameters: one pooled flat buffer seen through per-param views."""
+    """sum_i w_i H_i over the parameters: one pooled flat buffer seen through per-parameter views.
+
+    The buffer is not zero-filled when acquired: a parameter's first gradient is written (`copy`
+    / `mul ... out=`) instead of added to zeros, which saves a full-size memset and a read per
+    sum; `flat` zero-fills whatever no gradient reached before anyone reads the whole vector.
+    """
 
     def __init__(self, spec: FlatSpec, pool: BufferPool, dtype: torch.dtype) -> None:
         self.spec = spec
         self.pool = pool
-        self.flat = pool.acquire(spec.total, dtype)
-        self.views = spec.unflatten(self.flat)
+        self._buf = pool.acquire(spec.total, dtype, zero=False)
+        self.views = spec.unflatten(self._buf)
+        self._fresh = [True] * len(self.views)
+
+    @property
+    def flat(self) -> torch.Tensor:
+        if any(self._fresh):
+            for i, v in enumerate(self.views):
+                if self._fresh[i]:
+                    v.zero_()
+                    self._fresh[i] = False
+        return self._buf
+
+    def add_one(self, i: int, g: torch.Tensor, w: float = 1.0) -> None:
+        v = self.views[i]
+        if self._fresh[i]:
+            if w == 1.0:
+                v.copy_(g)
+            elif g.dtype == v.dtype and g.device == v.device:
+                torch.mul(g, w, out=v)
+            else:  # convert first, then scale in the sum's dtype (as add_ would)
+                v.copy_(g).mul_(w)
+            self._fresh[i] = False
+        else:
+            v.add_(g, alpha=w)
 
     def add(self, grads: Sequence[torch.Tensor | None], alpha: float = 1.0) -> None:
-        add_into(self.views, grads, alpha)
+        for i, g in enumerate(grads):
+            if g is not None:
+                self.add_one(i, g, alpha)
+
+    def add_vector(self, vec: torch.Tensor, alpha: float = 1.0) -> None:
+        """+= alpha * vec for a flat vector (first write: a converting copy, no memset)."""
+        if all(self._fresh):
+            if vec.dtype == self._buf.dtype and alpha != 1.0:
+                torch.mul(vec, alpha, out=self._buf)
+            else:
+                self._buf.copy_(vec)
+                if alpha != 1.0:
+                    self._buf.mul_(alpha)
+            self._fresh = [False] * len(self.views)
+            return
+        add_flat(self.flat, vec, alpha)
 
     def free(self) -> None:
-        self.pool.release(self.flat)
+        self.pool.release(self._buf)
 
 
 class UpdateAccumulator:
@@ -191,11 +237,8 @@ class UpdateAccumulator:
     def grad(self) -> torch.Tensor:
         return self.sum.flat
 
-    def add(self, grads: Sequence[torch.Tensor | None], alpha: float = 1.0) -> None:
-        self.sum.add(grads, alpha)
-
     def add_sum(self, other: ParamSum, alpha: float = 1.0) -> None:
-        add_flat(self.sum.flat, other.flat, alpha)
+        self.sum.add_vector(other.flat, alpha)
 
 
 class GradSink:
@@ -259,14 +302,14 @@ class GradSink:
             self._stream.synchronize()
 
 
-Target = tuple[Sequence[torch.Tensor], float]  # (per-parameter views of a sum, weight)
+Target = tuple[ParamSum, float]  # (a sum, the weight its gradients get)
 
 
 class GradRouter:
     """Adds each parameter's gradient into the active sums the moment autograd produces it.
 
     A post-accumulate-grad hook per parameter: during a routed backward, `p.grad` is added into
-    every target (`views[i] += w * grad`) and dropped at once, so a source never holds a
+    every target (`sum_i += w * grad`) and dropped at once, so a source never holds a
     full-size gradient vector (autograd.grad would return all of them together). Outside a
     routed backward the hooks do nothing. Across devices (CUDA compute, host sums) the hook
     copies into the sink's pinned staging buffer and the adds run once the backward is done.
@@ -288,8 +331,8 @@ class GradRouter:
         if g.device != self.sink.acc_device:
             self._staged.append((i, self.sink.stage(i, g)))
             return
-        for views, w in self._targets:
-            views[i].add_(g, alpha=w)
+        for target, w in self._targets:
+            target.add_one(i, g, w)
 
     def backward(
         self,
@@ -311,8 +354,8 @@ class GradRouter:
             if self._staged:
                 self.sink.wait()
                 for i, g in self._staged:
-                    for views, w in targets:
-                        views[i].add_(g, alpha=w)
+                    for target, w in targets:
+                        target.add_one(i, g, w)
         finally:
             self._targets = None
             self._staged = []

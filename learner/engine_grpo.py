@@ -112,8 +112,8 @@ def content(e: GradientEngine, item: GrpoContent) -> None:
     known = item.index in g.rewards
     r = g.rewards[item.index] - float(g.shift or 0.0) if known else 0.0
     held = None if known else ParamSum(e.spec, e.pool, e.dtype)  # H_i waits for r_i
-    targets: list[Target] = [(g.g2.views, 1.0)]
-    targets.append((g.g1.views, r) if held is None else (held.views, 1.0))
+    targets: list[Target] = [(g.g2, 1.0)]
+    targets.append((g.g1, r) if held is None else (held, 1.0))
     e.routed_backward(targets, [s], leaves=leaves)
     lh = take_grads(leaves)
     with e.bookkeeping():
@@ -135,7 +135,7 @@ def bind(e: GradientEngine, g: Group, idx: int, reward: float) -> None:
     if held is not None:
         with e.bookkeeping():
             h, lh = held
-            g.g1.flat.add_(h.flat, alpha=reward - g.shift)
+            g.g1.add_vector(h.flat, reward - g.shift)
             add_into(g.leaf_g1, lh, reward - g.shift)
             h.free()
 
@@ -165,7 +165,7 @@ def maybe_close(e: GradientEngine, g: Group) -> None:
         g.g2 = g_dir
     if g.prompt_kv:
         adj = [x1 * a + x2 * b for x1, x2 in zip(g.leaf_g1, g.leaf_g2, strict=True)]
-        e.backprop([(g_dir.views, 1.0)], flat_kv(g.prompt_kv), adj, [])
+        e.backprop([(g_dir, 1.0)], flat_kv(g.prompt_kv), adj, [])
         e.counters["prompt_backwards"] += 1
     with e.bookkeeping():
         e.acc.add_sum(g_dir)

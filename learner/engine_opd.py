@@ -91,7 +91,7 @@ def turn(e: GradientEngine, item: OpdTurn) -> None:
     earlier = flat_kv(past)
     if scored.numel():
         e.routed_backward(
-            [(t.acc.views, 1.0)],
+            [(t.acc, 1.0)],
             [(adv * scored).sum()],
             leaves=earlier,
             retain_graph=e.keep_turn_graphs,
@@ -121,7 +121,7 @@ def close(e: GradientEngine, item: OpdClose) -> None:
                 e.model, tj.tokens, past=past, start=tj.start, checkpoint=e.checkpoint
             ).kv
             e.counters["turn_recomputes"] += 1
-        lg = e.backprop([(t.acc.views, 1.0)], flat_kv(own), adj, flat_kv(past))
+        lg = e.backprop([(t.acc, 1.0)], flat_kv(own), adj, flat_kv(past))
         with e.bookkeeping():
             t.store.add_adjoint(lg, upto=tj.start)
         tj.kept = None  # its graph is spent

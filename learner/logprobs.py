@@ -55,7 +55,7 @@ class _ChunkedTokenLogprobs(torch.autograd.Function):
         b = bias.to(dt) if bias is not None else None
         need_h, need_w, need_b = ctx.needs_input_grad[:3]
         grad_h = torch.empty_like(hidden) if need_h else None
-        grad_w = torch.zeros_like(w) if need_w else None
+        grad_w: torch.Tensor | None = None  # the first chunk writes it (no memset of [V, d])
         grad_b = torch.zeros_like(b) if need_b and b is not None else None
         for s in range(0, hidden.shape[0], ctx.chunk):
             h = hidden[s : s + ctx.chunk].to(dt)
@@ -70,10 +70,12 @@ class _ChunkedTokenLogprobs(torch.autograd.Function):
             g.mul_(grad_out[s : s + ctx.chunk].view(-1, 1).to(dt))
             if grad_h is not None:
                 grad_h[s : s + ctx.chunk] = (g @ w).to(hidden.dtype)
-            if grad_w is not None:
-                grad_w.addmm_(g.t(), h)
+            if need_w:
+                grad_w = g.t() @ h if grad_w is None else grad_w.addmm_(g.t(), h)
             if grad_b is not None:
                 grad_b += g.sum(0)
+        if need_w and grad_w is None:  # no scored rows
+            grad_w = torch.zeros_like(w)
         gw = grad_w.to(weight.dtype) if grad_w is not None else None
         gb = grad_b.to(bias.dtype) if grad_b is not None and bias is not None else None
         return grad_h, gw, gb, None, None
