@@ -216,29 +216,51 @@ class ParamSum:
 class UpdateAccumulator:
     """The update's unnormalised gradient sum plus the counts its normaliser needs.
 
-    Allocated at the first group / trajectory close, not when the update opens: while the first
-    group runs its sources only its G1 and G2 are held (with one group per rank and update, the
-    update never holds more than the group's two vectors during its backward passes).
+    Closed group directions / trajectory sums are handed over (`take`), not copied. The first
+    is kept as it is (no new vector: while the next group runs, the update holds one vector, not
+    a float64 sum); from the second on they go into a float64 sum, so the result does not depend
+    on the order groups close in (sync closes them one by one, stream as they finish): a single
+    fp64 add of two fp32 vectors is exact-rounded and commutative, and more terms differ only at
+    fp64 rounding.
     """
 
     def __init__(self, spec: FlatSpec, pool: BufferPool, dtype: torch.dtype) -> None:
         self.spec, self.pool, self.dtype = spec, pool, dtype
+        self._first: ParamSum | None = None
         self._sum: ParamSum | None = None
         self.groups_closed = 0
         self.scored_tokens = 0
 
-    @property
-    def sum(self) -> ParamSum:
+    def take(self, part: ParamSum) -> None:
+        """Add a closed group's / trajectory's sum; the accumulator owns (and frees) it."""
+        if self._sum is None and self._first is None:
+            self._first = part
+            return
         if self._sum is None:
             self._sum = ParamSum(self.spec, self.pool, self.dtype)
-        return self._sum
+            assert self._first is not None
+            self._sum.add_vector(self._first.flat)
+            self._first.free()
+            self._first = None
+        self._sum.add_vector(part.flat)
+        part.free()
+
+    def widen(self) -> None:
+        """Hold the sum in the accumulator dtype (ranks all-reduce the same dtype)."""
+        if self._sum is None:
+            self._sum = ParamSum(self.spec, self.pool, self.dtype)
+            if self._first is not None:
+                self._sum.add_vector(self._first.flat)
+                self._first.free()
+                self._first = None
 
     @property
     def grad(self) -> torch.Tensor:
-        return self.sum.flat
-
-    def add_sum(self, other: ParamSum, alpha: float = 1.0) -> None:
-        self.sum.add_vector(other.flat, alpha)
+        if self._sum is None and self._first is not None:
+            return self._first.flat
+        self.widen()
+        assert self._sum is not None
+        return self._sum.flat
 
 
 class GradSink:

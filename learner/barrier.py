@@ -65,6 +65,8 @@ def barrier_step(
         )
     t0 = time.perf_counter()
     engine.pool.drop_free()  # the group buffers are done: their memory is the step's now
+    if ctx.distributed:
+        engine.acc.widen()  # every rank all-reduces the same dtype
     vec = engine.acc.grad  # reduced and normalised in place: the engine is done with it
     counts = torch.tensor(
         [float(engine.acc.groups_closed), float(engine.acc.scored_tokens)], dtype=torch.float64

@@ -168,9 +168,8 @@ def maybe_close(e: GradientEngine, g: Group) -> None:
         e.backprop([(g_dir, 1.0)], flat_kv(g.prompt_kv), adj, [])
         e.counters["prompt_backwards"] += 1
     with e.bookkeeping():
-        e.acc.add_sum(g_dir)
+        e.acc.take(g_dir)  # the update owns g_G's buffer now
     e.acc.groups_closed += 1
-    g.g1.free()
     for h, _ in g.held.values():
         h.free()
     del e.groups[g.spec.group_id]

@@ -127,8 +127,9 @@ def close(e: GradientEngine, item: OpdClose) -> None:
         tj.kept = None  # its graph is spent
         e.counters["deferred_propagations"] += 1
     with e.bookkeeping():
-        e.acc.add_sum(t.acc)
+        e.acc.take(t.acc)  # the update owns the trajectory's sum now
     e.acc.scored_tokens += t.scored
-    t.free()
+    t.store.free()
+    t.turns.clear()
     e.closed.add(item.traj_id)
     e.acc.groups_closed += 1
