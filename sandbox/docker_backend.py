@@ -117,18 +117,17 @@ class DockerSession:
         return self.spec.mount_at
 
     def _root_exec(self, cmd: list[str]) -> None:
-        api = self.client.api
-        eid = api.exec_create(self.container.id, cmd, user="0")["Id"]
-        api.exec_start(eid)
-        for _ in range(300):  # podman may return from exec_start early: poll
-            info = api.exec_inspect(eid)
-            if not info.get("Running"):
-                if info.get("ExitCode"):
-                    raise SandboxError(
-                        f"setting up the container failed: {cmd} -> {info.get('ExitCode')}"
-                    )
-                return
-            time.sleep(0.05)
+        """Housekeeping as root (a stage dir, a reset) that only fails when the container
+        cannot run it (a fork bomb holds the pids): recover as `exec` does, then retry."""
+        if self._try_exec(cmd, "0", polls=300) == 0:
+            return
+        self._kill_leftovers()
+        if self._try_exec(cmd, "0", polls=300) == 0:
+            return
+        self._restart()
+        code = self._try_exec(cmd, "0", polls=300)
+        if code != 0:
+            raise SandboxError(f"setting up the container failed: {cmd} -> {code}")
 
     def reset(self) -> None:
         """Back to a fresh session: no process of the sandbox user left, nothing it wrote
@@ -318,7 +317,31 @@ class DockerSession:
         return out if code == 0 else None
 
     def _raw_exec(self, cmd: list[str], timeout: float = 60) -> tuple[int, bytes, bytes]:
-        """(exit code, stdout, stderr) of `cmd` run as uid 65534, bytes untouched."""
+        """(exit code, stdout, stderr) of `cmd` run as uid 65534, bytes untouched; recovers
+        a wedged container as `exec` does (kill leftovers, then restart) when it cannot start."""
+        r = self._try_raw_exec(cmd, timeout)
+        if r is None:  # e.g. pids exhausted: kill what is left, retry
+            self._kill_leftovers()
+            r = self._try_raw_exec(cmd, timeout)
+        if r is None:  # still wedged (a process not ours to kill): restart, retry
+            self._restart()
+            r = self._raw_exec_once(cmd, timeout)
+        return r
+
+    def _try_raw_exec(self, cmd: list[str], timeout: float) -> tuple[int, bytes, bytes] | None:
+        try:
+            r = self._raw_exec_once(cmd, timeout)
+        except SandboxError:
+            return None
+        code, out, err = r
+        text = err.decode("utf-8", "replace")
+        if out or code not in (125, 126):
+            return r
+        if "fork" in text or any(m in text for m in _RUNTIME_FAILURE):
+            return None  # the command never ran
+        return r
+
+    def _raw_exec_once(self, cmd: list[str], timeout: float) -> tuple[int, bytes, bytes]:
         api = self.client.api
         wrapped = ["timeout", "-k", "2", str(int(timeout)), *cmd]
         try:

@@ -62,6 +62,21 @@ def test_wedged_container_recovers_by_restart_keeping_files(
         assert s.get_file("keep.txt") == b"kept"
 
 
+def test_file_tools_recover_a_wedged_container_by_themselves(
+    docker_executor: DockerExecutor,
+) -> None:
+    """get_file / put_file straight after a root fork bomb (no exec to recover first)."""
+    with docker_executor.open(SessionSpec(label="wedged-files")) as s:
+        s.put_file("keep.txt", b"kept")
+        api = s.client.api
+        eid = api.exec_create(s.container.id, ["bash", "-c", "b(){ b|b & }; b"], user="0")
+        api.exec_start(eid, detach=True)
+        time.sleep(1)
+        assert s.get_file("keep.txt") == b"kept"
+        s.put_file("after.txt", b"written")
+        assert s.get_file("after.txt") == b"written"
+
+
 def test_file_tools_act_as_the_agent_user_not_root(docker_executor: DockerExecutor) -> None:
     with docker_executor.open(SessionSpec(label="files")) as s:
         s.put_file("mine.txt", b"\x00bin\xff")
