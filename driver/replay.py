@@ -4,11 +4,14 @@ A streamed run (log_batches=True) writes every applied source of update k to
 `batches/uKKKKK.jsonl` and theta_{k+1} to `weights/`. Replaying those sources from theta_0 with
 release at batch close must reproduce every published theta: that is `max_param_gap` of
 `tsrl bench speedup`, measured on the real run rather than on synthetic batches.
+With LoRA the run publishes merged weights only (no adapters), so the gap is taken on the merged
+weights of the adapted layers, computed the same way on both sides (the frozen rest cannot differ).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -18,6 +21,9 @@ from learner.replay import LoggedBatch
 from learner.sources import GrpoGroupSpec, OpdClose
 from tsrl.config import Objective, RunConfig, Schedule
 from tsrl.rundir import RunFiles
+
+if TYPE_CHECKING:
+    from learner.trainer import Learner
 
 
 def load_logged_batch(paths: list[Path], cfg: RunConfig) -> LoggedBatch:
@@ -46,8 +52,16 @@ def _flat(state: dict[str, torch.Tensor], names: list[str]) -> torch.Tensor:
     return torch.cat([state[n].reshape(-1).double() for n in names])
 
 
+def _theta(learner: Learner, names: list[str]) -> torch.Tensor:
+    """The replayed theta as the run published it: LoRA merged, else the stepped parameters."""
+    if learner.cfg.model.lora_rank > 0:
+        return _flat(learner.weights(), names)
+    return learner.flat_params()
+
+
 def replay_gap(run_dir: str | Path, cfg: RunConfig, model_dir: str | Path) -> list[float]:
     """Delta_k = ||theta_k^run - theta_k^sync|| / ||theta_k^sync - theta_0|| for every update."""
+    from learner.lora import adapted_names
     from learner.replay import replay_update
     from learner.trainer import Learner
     from rollout.checkpoint import load_state_dict
@@ -55,12 +69,13 @@ def replay_gap(run_dir: str | Path, cfg: RunConfig, model_dir: str | Path) -> li
 
     files = RunFiles(run_dir)
     learner = Learner(load_model(model_dir), cfg)
-    theta0 = learner.flat_params()
+    names = adapted_names(learner.model) if cfg.model.lora_rank > 0 else learner.names
+    theta0 = _theta(learner, names)
     gaps = []
     for paths in files.batch_logs().values():
         replay_update(learner, load_logged_batch(paths, cfg), Schedule.SYNC)
-        ran = _flat(load_state_dict(files.weights(learner.version)), learner.names)
-        mine = learner.flat_params()
+        ran = _flat(load_state_dict(files.weights(learner.version)), names)
+        mine = _theta(learner, names)
         drift = float((mine - theta0).norm())
         gaps.append(float((ran - mine).norm()) / drift if drift else float((ran - mine).norm()))
     return gaps

@@ -19,19 +19,9 @@ from learner.arch import check_cuttable
 from learner.barrier import Publisher, StepStats, barrier_step
 from learner.device import DTYPES, accumulator_device, resolve_device, set_determinism
 from learner.engine import GradientEngine
+from learner.lora import apply_lora, merged_state_dict
 from learner.parallel import FSDP2Optimizer, LocalOptimizer, ParallelContext, StepOptimizer
 from tsrl.config import OpdTurnGraphs, RunConfig, Schedule
-
-
-def apply_lora(model: nn.Module, rank: int, alpha: float, seed: int = 0) -> nn.Module:
-    from peft import LoraConfig, get_peft_model
-
-    cfg = LoraConfig(
-        r=rank, lora_alpha=int(alpha), target_modules=["q_proj", "v_proj"], lora_dropout=0.0
-    )
-    with torch.random.fork_rng():  # adapters start from the run's seed, not global RNG state
-        torch.manual_seed(seed)
-        return get_peft_model(model, cfg)  # type: ignore[arg-type]
 
 
 class Learner:
@@ -105,15 +95,23 @@ class Learner:
             ctx=self.ctx,
             max_grad_norm=self.cfg.optim.max_grad_norm,
             version=self.version,
-            publish=self.publish,
-            weights=self.weights() if self.publish is not None else None,
+            publish=self._publish_stepped if self.publish is not None else None,
             group_reduction=self.cfg.learner.group_reduction,
         )
         self.version = stats.version
         self.last_engine = engine
         return stats
 
+    def _publish_stepped(self, version: int, weights: dict[str, torch.Tensor]) -> int:
+        # theta is read here, after the optimizer step: a LoRA merge is a copy, not a view of
+        # the stepped parameters (the barrier's own `weights` argument is not used)
+        assert self.publish is not None
+        return self.publish(version, self.weights())
+
     def weights(self) -> dict[str, torch.Tensor]:
+        """theta as the engines load it: the plain HF state dict (LoRA: merged, base names)."""
+        if self.cfg.model.lora_rank > 0:
+            return merged_state_dict(self.model)
         return {k: v.detach() for k, v in self.model.state_dict().items()}
 
     def flat_params(self) -> torch.Tensor:
