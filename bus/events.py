@@ -75,6 +75,9 @@ class SourceReady(_Event):
     prompt_len: int = Field(0, ge=0)
     reward: float | None = None
     teacher_logprobs: list[float] | None = None
+    rollout_logprobs: list[float] | None = Field(
+        None, description="the engine's log-prob of each scored token (mask 1), for the mismatch"
+    )
 
     @model_validator(mode="after")
     def _check_payload(self) -> SourceReady:
@@ -238,6 +241,9 @@ class BarrierStats(_Event):
     peak_rss_mb: float = Field(ge=0)
     n_params: int = Field(ge=0)
     max_staleness: int = Field(ge=0)
+    logprob_mismatch_mean: float = Field(0.0, ge=0, description="|rollout - learner| log-prob")
+    logprob_mismatch_max: float = Field(0.0, ge=0)
+    logprob_tokens: int = Field(0, ge=0, description="tokens the mismatch is measured on")
 
     def dedup_key(self) -> str:
         return f"barrier_stats:{self.run_id}:{self.update}:{self.rank}"

@@ -5,7 +5,8 @@
 # Steps (each guarded and timed; a failing step never hides the others):
 #   1. environment: nvidia-smi, torch.cuda (no CUDA: every step is skipped and ok is false; the
 #      CPU benches are never run in its place)
-#   2. gpu-tests: pytest tests/gpu (equivalence fp32 + bf16 on cuda, determinism, 0.5B memory)
+#   2. gpu-tests: pytest tests/gpu (equivalence fp32 + bf16 on cuda, determinism, 0.5B memory;
+#      vLLM on CUDA: generate, prompt log-probs, a shared-memory publish and its ack)
 #   3. bench-gpu: `tsrl bench gpu --json` (the same checks as numbers: gaps, master/compute dtype,
 #      determinism on/off, peak memory of sync vs stream on a ~0.5B config)
 # Prints one JSON object (last line of stdout) and writes it to OUT_DIR/gpu-smoke.json:

@@ -8,14 +8,15 @@ in-process HF engine, or one in a Ray actor.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rollout.agent_loop import AgentLoopConfig
 from rollout.chat import TokenizerChatFormat
+from rollout.replicas import ReplicaSet
 from rollout.types import SamplingParams
-from tsrl.config import Objective, RunConfig
+from tsrl.config import Objective, RolloutEngine, RunConfig
 from tsrl.rundir import RunFiles
 
 
@@ -47,14 +48,14 @@ def build_models(cfg: RunConfig, files: RunFiles) -> tuple[Path, Path | None]:
                 student,
                 seed=m.tiny_seed,
                 layers=m.tiny_layers,
-                hidden=m.tiny_hidden,
+                hidden=cfg.tiny_width,
                 tokenizer=tok,
                 arch=m.tiny_arch,
             )
             marker.write_text("")
         return student, files.teacher
     if not m.path:
-        tiny(student, m.tiny_seed, hidden=m.tiny_hidden)
+        tiny(student, m.tiny_seed, hidden=cfg.tiny_width)
     if cfg.objective is not Objective.OPD:
         return student, None
     if cfg.teacher.model:
@@ -74,8 +75,11 @@ class RolloutSide:
     teacher: Any = None  # TeacherClient
     teacher_server: Any = None  # VLLMServer, when the teacher is a supervised server
     on_ray: bool = False
+    acks: dict[int, dict[str, Any]] = field(default_factory=dict)  # version -> who loaded it, how
 
     def close(self) -> None:
+        if isinstance(self.engine, ReplicaSet):
+            self.engine.close()  # stops the vLLM servers
         if self.teacher is not None:
             self.teacher.close()
         if self.teacher_server is not None:
@@ -103,12 +107,21 @@ def _scorer(cfg: RunConfig, teacher_dir: Path, files: RunFiles, on_ray: bool) ->
     if backend == "hf" and on_ray:
         from driver.ray_placement import RayScorer
 
+        # full-context scoring: the K/V cache would have to live in the actor (not built yet)
         return RayScorer(str(teacher_dir)), None
     if backend == "hf":
         from learner.device import resolve_device
         from teacher.scorer import HFScorer
+        from tsrl.config import TeacherScoring
 
-        return HFScorer.from_dir(teacher_dir, device=resolve_device(cfg.learner.device)), None
+        device = resolve_device(cfg.learner.device)
+        if cfg.teacher.effective_scoring is TeacherScoring.INCREMENTAL:
+            from teacher.incremental import IncrementalHFScorer
+
+            # room for every concurrently open trajectory (and reruns) before LRU re-scoring
+            cap = max(8, 2 * cfg.rollout.concurrency)
+            return IncrementalHFScorer.from_dir(teacher_dir, device=device, max_open=cap), None
+        return HFScorer.from_dir(teacher_dir, device=device), None
     if backend != "vllm":
         raise ConfigUnsupported(f"teacher.backend {backend!r}: use hf or vllm")
     from rollout.vllm_server import VLLMServer, VLLMServerConfig
@@ -134,7 +147,14 @@ def rollout_side(
 
     start = files.weights(version) if version else student
     engine: Any
-    if on_ray:
+    if cfg.rollout.engine is RolloutEngine.VLLM:
+        if on_ray:
+            raise ConfigUnsupported(
+                "rollout.engine=vllm with --ray: vLLM replicas run on the driver's node in this "
+                "build; drop --ray or use rollout.engine=hf"
+            )
+        engine = vllm_replicas(cfg, files, start, version)
+    elif on_ray:
         from driver.ray_placement import RayEngine
 
         engine = RayEngine(str(start), version=version)
@@ -148,6 +168,7 @@ def rollout_side(
         ),
         concurrency=1,
         tool_workers=2,
+        max_total_tokens=cfg.rollout.max_total_tokens,
     )
     side = RolloutSide(engine, TokenizerChatFormat(load_tokenizer(student)), loop_cfg)
     side.on_ray = on_ray
@@ -159,3 +180,52 @@ def rollout_side(
             scorer, timeout_s=cfg.teacher.timeout_s, retries=cfg.teacher.retries, backoff_s=0.2
         )
     return side
+
+
+def replica_ids(cfg: RunConfig) -> tuple[str, ...]:
+    """The ids under which the rollout replicas acknowledge a version (the learner waits on all)."""
+    n = cfg.rollout.replicas if cfg.rollout.engine is RolloutEngine.VLLM else 1
+    return tuple(f"engine-{i}" for i in range(n))
+
+
+def vllm_replicas(cfg: RunConfig, files: RunFiles, start: Path, version: int) -> ReplicaSet:
+    """`rollout.replicas` vLLM servers on `start`, started in parallel; all or none."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import torch
+
+    from rollout.vllm_engine import VLLMEngine
+    from rollout.vllm_server import VLLMServer, VLLMServerConfig
+
+    v = cfg.rollout.vllm
+    on_gpu = torch.cuda.is_available()
+    sc = VLLMServerConfig(
+        model=str(start),
+        dtype=v.dtype or cfg.model.dtype,
+        max_model_len=v.max_model_len,
+        kv_cache_gib=v.kv_cache_gib,
+        seed=cfg.seed,
+        tensor_parallel_size=v.tensor_parallel_size,
+        gpu_memory_utilization=v.gpu_memory_utilization if on_gpu else None,
+        enforce_eager=v.enforce_eager if v.enforce_eager is not None else not on_gpu,
+    )
+    log_dir = files.root / "vllm"
+    servers = [VLLMServer(sc, log_dir=log_dir) for _ in range(cfg.rollout.replicas)]
+    with ThreadPoolExecutor(len(servers)) as pool:
+        futs = [pool.submit(s.start) for s in servers]
+        errors = [f.exception() for f in futs]
+    if any(errors):
+        for s in servers:
+            s.stop()
+        raise next(e for e in errors if e is not None)
+    eos = _eos_id(start)
+    engines = [VLLMEngine(s, version=version, eos_token_id=eos) for s in servers]
+    return ReplicaSet(engines, replica_ids(cfg))
+
+
+def _eos_id(model_dir: Path) -> int | None:
+    import json
+
+    cfg = json.loads((model_dir / "config.json").read_text())
+    eos = cfg.get("eos_token_id")
+    return eos if isinstance(eos, int) else None

@@ -89,6 +89,7 @@ class GrpoEmitter(SourceEmitter):
             action_mask=[0] * len(traj.prompt_ids) + traj.loss_mask,
             prompt_len=len(traj.prompt_ids),
             reward=reward,
+            rollout_logprobs=[lp for t in traj.turns for lp in t.action_logprobs],
         )
 
 
@@ -107,6 +108,7 @@ class OpdEmitter(SourceEmitter):
             token_ids=list(lead) + action,
             action_mask=[0] * len(lead) + [1] * len(action),
             teacher_logprobs=[0.0] * len(lead) + list(turn.teacher_logprobs or []),
+            rollout_logprobs=list(turn.action_logprobs),
         )
 
     def on_trajectory_completed(self, traj: Trajectory) -> None:

@@ -4,7 +4,7 @@ It runs in its own process (own interpreter, own core) so that its backward pass
 with rollout. Its loop is the data flow of docs/DESIGN.md, from the learner's side:
     source ready -> backward at once (the schedule decides when a source is released)
     batch closed -> drain -> barrier: reduce, normalise, clip, one AdamW step
-                 -> save theta_{k+1}, publish it, wait for every replica's ack -> next update
+                 -> write theta_{k+1} (shared memory), publish it, wait for every replica's ack
 Events of a later update (async schedules) wait in a buffer until that update opens. Each source
 is applied once (ledger by source id), so a redelivered or duplicated event never counts twice.
 """
@@ -36,6 +36,7 @@ from bus.events import (
 from bus.factory import BusRef, connect
 from bus.ledger import ExactlyOnce, MemoryLedger
 from driver.learner_stats import UpdateState
+from driver.publish import PolicyWriter
 from driver.work_items import owner_rank, to_work_items
 from learner.sources import GrpoGroupSpec, OpdClose
 from tsrl.config import LOSSLESS_SCHEDULES, Objective, RunConfig, Schedule
@@ -84,6 +85,15 @@ class LearnerLoop:
             device = resolve_device(self.cfg.learner.device)
             ctx = init_process_group(spec.rank, spec.world, spec.port, device)
         model = load_model(spec.model_dir, dtype=DTYPES[self.cfg.model.dtype])
+        owners = (os.getpid(), *([spec.parent_pid] if spec.parent_pid else []))
+        self.writer = PolicyWriter(
+            self.cfg,
+            self.files,
+            spec.model_dir,
+            spec.run_id,
+            owners,
+            every_version_on_disk=spec.log_batches,
+        )
         self.learner = Learner(model, self.cfg, publish=self._publish, ctx=ctx)
         if spec.resume:
             load_checkpoint(self.learner, self.files.checkpoints)
@@ -211,12 +221,10 @@ class LearnerLoop:
             self._dispatch(e)
 
     def _publish(self, version: int, weights: dict[str, torch.Tensor]) -> int:
-        from rollout.checkpoint import save_checkpoint
-
         if self.spec.rank != 0:
             return version  # rank 0 publishes theta_{k+1} for everyone (identical on all ranks)
-        uri = save_checkpoint(self.files.weights(version), weights, self.spec.model_dir)
-        self.bus.publish(PolicyPublished(run_id=self.spec.run_id, version=version, uri=str(uri)))
+        uri = self.writer.write(version, weights)
+        self.bus.publish(PolicyPublished(run_id=self.spec.run_id, version=version, uri=uri))
         waiting = set(self.spec.replicas)
         deadline = time.time() + self.spec.ack_timeout_s
         while waiting:
@@ -228,6 +236,8 @@ class LearnerLoop:
                 if isinstance(e, ReplicaAcked) and e.version == version:
                     waiting.discard(e.replica_id)
                 self.ctrl.ack(d)
+        # stale schedules load up to one version behind without acking: keep one more for them
+        self.writer.prune(version if self.spec.replicas else version - 1)
         return version
 
 

@@ -64,6 +64,9 @@ class UpdateState:
             peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             n_params=n_params,
             max_staleness=self.max_staleness,
+            logprob_mismatch_mean=self.engine.mismatch.mean,
+            logprob_mismatch_max=self.engine.mismatch.max,
+            logprob_tokens=self.engine.mismatch.tokens,
         )
 
 

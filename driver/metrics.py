@@ -88,5 +88,7 @@ def update_record(
         "learner_peak_rss_mb": stats.peak_rss_mb if stats is not None else 0.0,
         "grad_norm": stats.grad_norm if stats is not None else 0.0,
         "max_staleness": stats.max_staleness if stats is not None else 0,
+        "logprob_mismatch_mean": stats.logprob_mismatch_mean if stats is not None else 0.0,
+        "logprob_mismatch_max": stats.logprob_mismatch_max if stats is not None else 0.0,
         "version": version,
     }

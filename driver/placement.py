@@ -37,9 +37,10 @@ def core_split() -> tuple[int | None, int | None]:
 class LearnerGroup:
     """All learner ranks, supervised as one: the run fails if any rank dies."""
 
-    def __init__(self, procs: list[Any], files: RunFiles) -> None:
+    def __init__(self, procs: list[Any], files: RunFiles, placement: Any = None) -> None:
         self.procs = procs
         self.files = files
+        self.placement = placement  # driver.ray_pg.RayPlacement: the run's GPU bundles, or None
 
     @classmethod
     def start(
@@ -50,18 +51,19 @@ class LearnerGroup:
         if world > 1 or ray_address is not None:  # ranks share the learner core(s)
             specs = [replace(sp, cpu=None) for sp in specs]
         procs: list[Any]
-        if ray_address is not None:
-            from driver.ray_placement import RayLearnerHandle
+        placement: Any = None
+        if ray_address is not None:  # GPU bundles from cfg.placement; rendezvous at rank 0's node
+            from driver.ray_pg import start_ray_learners
 
             assert isinstance(bus, BusRef), "Ray placement reaches the bus through a broker"
-            procs = [RayLearnerHandle(sp, bus, ray_address) for sp in specs]
+            procs, placement = start_ray_learners(specs, bus, ray_address)
         else:  # Ray actors die with their owner (this driver); local processes need to be told
             ctx = mp.get_context("spawn")
             specs = [replace(sp, parent_pid=os.getpid()) for sp in specs]
             procs = [ctx.Process(target=learner_main, args=(sp, bus), daemon=True) for sp in specs]
         for p in procs:
             p.start()
-        return cls(procs, RunFiles(spec.run_dir))
+        return cls(procs, RunFiles(spec.run_dir), placement)
 
     def is_alive(self) -> bool:
         return all(p.is_alive() for p in self.procs)
@@ -113,3 +115,8 @@ class LearnerGroup:
                 p.terminate()
         for p in self.procs:
             p.join(10)
+        if self.placement is not None:  # after the engines (closed first by the driver)
+            from driver.ray_pg import release
+
+            release()
+            self.placement = None

@@ -4,7 +4,9 @@
 on a Ray worker with `learner_cpus` CPUs; the driver process keeps the rollout engines, the agent
 loop and the sandboxes. A process on another node cannot share the embedded process bus, so Ray
 placement always uses Redis Streams (`--redis-url`, reachable from every node). The handle below
-gives the driver the same supervision calls it uses for a local learner process.
+gives the driver the same supervision calls it uses for a local learner process. With GPUs in the
+config's `placement:` section each learner rank, engine and teacher actor runs in its own bundle
+of the run's placement group (driver/ray_plan.py plans it, driver/ray_pg.py reserves it).
 """
 
 from __future__ import annotations
@@ -17,30 +19,66 @@ from bus.factory import BusRef
 from driver.learner_proc import LearnerSpec, learner_main
 
 
+def init_ray(address: str) -> None:
+    import ray
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a local cluster without a token
+    if not ray.is_initialized():
+        if address == "local":
+            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        else:
+            ray.init(address=address, log_to_driver=False)
+
+
 class _LearnerActor:
-    def run(self, spec: LearnerSpec, bus: BusRef) -> int:
+    def where(self) -> dict[str, Any]:
+        from driver.ray_pg import actor_where
+
+        return actor_where()
+
+    def rendezvous(self) -> tuple[str, int]:
+        """Rank 0: its node's address and a port free there, for every rank's process group."""
+        import ray
+
+        from driver.ray_pg import free_port_on
+
+        host = ray.util.get_node_ip_address()
+        return host, free_port_on(host)
+
+    def run(self, spec: LearnerSpec, bus: BusRef, master_addr: str | None = None) -> int:
+        if master_addr is not None:  # learner.parallel.init_process_group keeps a set MASTER_ADDR
+            os.environ["MASTER_ADDR"] = master_addr
         learner_main(spec, bus)
         return 0
 
 
+def learner_actor_class(cpus: float = 1.0) -> Any:
+    import ray
+
+    return ray.remote(num_cpus=cpus)(_LearnerActor)
+
+
 class RayLearnerHandle:
-    """`multiprocessing.Process`-like handle on a learner running as a Ray actor."""
+    """`multiprocessing.Process`-like handle on a learner running as a Ray actor (`actor`: one
+    already placed by driver/ray_pg.py; `master_addr`: rank 0's node, when world > 1)."""
 
-    def __init__(self, spec: LearnerSpec, bus: BusRef, address: str, cpus: float = 1.0) -> None:
-        import os
-
+    def __init__(
+        self,
+        spec: LearnerSpec,
+        bus: BusRef,
+        address: str,
+        cpus: float = 1.0,
+        *,
+        actor: Any = None,
+        master_addr: str | None = None,
+    ) -> None:
         import ray
 
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a local cluster without a token
-        if not ray.is_initialized():
-            if address == "local":
-                ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-            else:
-                ray.init(address=address, log_to_driver=False)
+        init_ray(address)
         self._ray = ray
-        actor_cls: Any = ray.remote(num_cpus=cpus)(_LearnerActor)
-        self.actor: Any = actor_cls.remote()
-        self.ref: Any = self.actor.run.remote(spec, bus)
+        self.actor: Any = actor if actor is not None else learner_actor_class(cpus).remote()
+        self.where_ref: Any = self.actor.where.remote()  # kept: readable after the actor ends
+        self.ref: Any = self.actor.run.remote(spec, bus, master_addr)
         self.exitcode: int | None = None
 
     def start(self) -> None:
@@ -68,10 +106,11 @@ class _EngineActor:
     def __init__(self, model_dir: str, version: int) -> None:
         import torch
 
+        from driver.ray_pg import assigned_device
         from rollout.hf_engine import HFEngine
 
         torch.set_num_threads(1)
-        self.engine = HFEngine(model_dir, version=version)
+        self.engine = HFEngine(model_dir, version=version, device=assigned_device())
 
     def generate(self, prompt_ids: list[int], params: Any, seed: int, version: int | None) -> Any:
         return self.engine.generate(prompt_ids, params, seed, version=version)
@@ -82,17 +121,28 @@ class _EngineActor:
     def version(self) -> int:
         return self.engine.version
 
+    def where(self) -> dict[str, Any]:
+        from driver.ray_pg import actor_where
+
+        return actor_where()
+
 
 class RayEngine:
-    """The `rollout.engine.Engine` protocol over an engine living in a Ray actor."""
+    """The `rollout.engine.Engine` protocol over an engine living in a Ray actor (in rollout
+    replica `replica`'s GPU bundle when the run's placement gives rollout GPUs)."""
 
-    def __init__(self, model_dir: str, version: int = 0) -> None:
+    def __init__(self, model_dir: str, version: int = 0, *, replica: int = 0) -> None:
         import ray
+
+        from driver.ray_pg import actor_options
+        from driver.ray_plan import PlacementRole
 
         self._ray = ray
         remote: Any = ray.remote
-        cls: Any = remote(num_cpus=0, max_concurrency=8)(_EngineActor)
+        opts = actor_options(PlacementRole.ROLLOUT, replica, cpus=0)
+        cls: Any = remote(max_concurrency=8)(_EngineActor).options(**opts)
         self.actor: Any = cls.remote(model_dir, version)
+        self.where_ref: Any = self.actor.where.remote()
         self._version = version
 
     @property
@@ -115,9 +165,15 @@ class RayEngine:
 
 class _ScorerActor:
     def __init__(self, model_dir: str) -> None:
+        from driver.ray_pg import assigned_device
         from teacher.scorer import HFScorer
 
-        self.scorer = HFScorer.from_dir(model_dir)
+        self.scorer = HFScorer.from_dir(model_dir, device=assigned_device())
+
+    def where(self) -> dict[str, Any]:
+        from driver.ray_pg import actor_where
+
+        return actor_where()
 
     def score_batch(self, requests: Any, timeout_s: float) -> Any:
         return self.scorer.score_batch(requests, timeout_s)
@@ -126,12 +182,17 @@ class _ScorerActor:
 class RayScorer:
     """The frozen teacher in a Ray actor (the teacher client batches and retries in front)."""
 
-    def __init__(self, model_dir: str) -> None:
+    def __init__(self, model_dir: str, *, replica: int = 0) -> None:
         import ray
 
+        from driver.ray_pg import actor_options
+        from driver.ray_plan import PlacementRole
+
         self._ray = ray
-        cls: Any = ray.remote(num_cpus=0)(_ScorerActor)
+        opts = actor_options(PlacementRole.TEACHER, replica, cpus=0)
+        cls: Any = ray.remote(_ScorerActor).options(**opts)
         self.actor: Any = cls.remote(model_dir)
+        self.where_ref: Any = self.actor.where.remote()
 
     def score_batch(self, requests: Any, timeout_s: float = 60) -> Any:
         return self._ray.get(

@@ -23,15 +23,18 @@ from typing import Any
 
 from bus.events import BatchClosed, GroupRegistered, PolicyPublished, ReplicaAcked
 from bus.factory import BusKind, open_run_bus, run_bus_kind
-from driver.assemble import RolloutSide, build_models, rollout_side
+from driver.assemble import RolloutSide, build_models, replica_ids, rollout_side
 from driver.emit import EMITTERS, SourceEmitter, UpdateTally
 from driver.faults import FaultPlan
 from driver.learner_proc import LearnerSpec
 from driver.metrics import Timeline, UpdateTimes, update_record
 from driver.placement import LearnerGroup, RunFailed, core_split
+from driver.publish import remove_run_segments
 from driver.rollouts import run_trajectories
 from driver.stale import StalePolicy
 from driver.tasks import plan_update, task_pool
+from rollout.replicas import ReplicaSet
+from rollout.weight_wire import sweep_orphans
 from tsrl.config import Objective, RunConfig, Schedule, revalidate
 from tsrl.rundir import RunDirWriter, RunStatus
 
@@ -117,7 +120,7 @@ class RunDriver:
             str(student),
             str(self.files.root),
             self.run_id,
-            replicas=() if asynchronous else ("engine-0",),
+            replicas=() if asynchronous else replica_ids(cfg),
             cpu=learn_cpu,
             resume=self.resume,
             log_batches=self.log_batches,
@@ -173,8 +176,16 @@ class RunDriver:
             if self.stale is not None:
                 self.stale.close()
             if self.side is not None:
+                if isinstance(self.side.engine, ReplicaSet):
+                    rs = self.side.engine
+                    self.files.write_log(
+                        f"rollout on {len(rs.engines)} vLLM replicas; "
+                        f"trajectories per replica: {rs.routed}"
+                    )
                 self.side.close()
             self.learners.stop(finished=finished)
+            remove_run_segments(self.run_id)  # what a killed learner left in shared memory
+            sweep_orphans()  # and what killed runs before this one left
             if self.bus_kind is BusKind.REDIS:
                 self.bus.delete("learner", "control", "spans")  # type: ignore[attr-defined]
             self.bus.close()
@@ -229,6 +240,8 @@ class RunDriver:
         self, k: int, times: UpdateTimes, tally: UpdateTally, stats: Any, version: int
     ) -> None:
         rec = update_record(self.cfg, k, times, tally, stats, version)
+        if self.side is not None:
+            rec.update(self.side.acks.get(version, {}))
         self.files.write_update(rec)
         self.files.write_log(
             f"update {k}: step {rec['step_s']:.2f}s reward {rec['reward_mean']:.3f}"
@@ -244,10 +257,17 @@ class RunDriver:
                 e = d.event
                 self.ctrl.ack(d)
                 if isinstance(e, PolicyPublished) and e.version == version:
+                    # every replica loads it (in parallel) before any ack: all-or-nothing
                     ack = self.side.engine.load_weights(version, e.uri)
                     self.faults.at_publish(version, kill_learner=self.learners.kill)
-                    self.bus.publish(
-                        ReplicaAcked(run_id=self.run_id, replica_id="engine-0", version=ack.version)
-                    )
+                    for rid in replica_ids(self.cfg):
+                        self.bus.publish(
+                            ReplicaAcked(run_id=self.run_id, replica_id=rid, version=ack.version)
+                        )
+                    self.side.acks[version] = {
+                        "acked_by": replica_ids(self.cfg),
+                        "load_method": ack.method,
+                        "load_s": round(ack.seconds, 4),
+                    }
                     return e
             self.learners.check_alive(f"update {version - 1}")

@@ -30,6 +30,7 @@ def to_work_items(ev: SourceReady) -> list[WorkItem]:
                 tuple(ev.action_mask),
                 tuple(scored),
                 start=ev.offset,
+                rollout_logprobs=_opt(ev.rollout_logprobs),
             )
         ]
     p = ev.prompt_len
@@ -40,6 +41,15 @@ def to_work_items(ev: SourceReady) -> list[WorkItem]:
     return [
         GrpoReward(ev.source_id + "/reward", ev.group_id, index, float(ev.reward)),
         GrpoContent(
-            ev.source_id, ev.group_id, index, tuple(ev.token_ids[p:]), tuple(ev.action_mask[p:])
+            ev.source_id,
+            ev.group_id,
+            index,
+            tuple(ev.token_ids[p:]),
+            tuple(ev.action_mask[p:]),
+            rollout_logprobs=_opt(ev.rollout_logprobs),
         ),
     ]
+
+
+def _opt(xs: list[float] | None) -> tuple[float, ...] | None:
+    return tuple(xs) if xs is not None else None

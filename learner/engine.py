@@ -33,6 +33,7 @@ from learner.accumulators import (
 )
 from learner.engine_grpo import Group, SourceError, take_grads
 from learner.engine_opd import Traj
+from learner.logprobs import LogprobMismatch
 from learner.sources import (
     GrpoContent,
     GrpoGroupSpec,
@@ -99,6 +100,7 @@ class GradientEngine:
         self.pending_rewards: dict[str, dict[int, float]] = {}
         self.applied: set[str] = set()
         self.counters: Counter[str] = Counter()
+        self.mismatch = LogprobMismatch()
         # seconds: "backward" includes the routed adds, "bookkeeping" the rest of the vector work
         self.timers: dict[str, float] = {"bookkeeping": 0.0, "backward": 0.0}
         self.peak_open = 0

@@ -105,6 +105,7 @@ def content(e: GradientEngine, item: GrpoContent) -> None:
     e.counters["tokens_forward"] += len(cont)
     mask = torch.tensor(item.response_mask, dtype=torch.bool, device=e.device)
     lp = scored_logprobs(e.model, out.hidden, cont, mask, chunk=e.logprob_chunk)
+    e.mismatch.observe(lp, item.rollout_logprobs)
     n_scored = float(mask.sum())
     w = 1.0 / max(n_scored, 1.0) if e.token_weighting == "seq_mean" else 1.0
     s = lp.sum() * w

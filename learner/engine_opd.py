@@ -83,6 +83,7 @@ def turn(e: GradientEngine, item: OpdTurn) -> None:
     e.counters["tokens_forward"] += len(tokens)
     mask = torch.tensor(item.action_mask[1:], dtype=torch.bool, device=e.device)
     scored = scored_logprobs(e.model, out.hidden, tokens, mask, chunk=e.logprob_chunk)
+    e.mismatch.observe(scored, item.rollout_logprobs)
     teacher = torch.tensor(item.teacher_logprobs, dtype=scored.dtype, device=e.device)
     try:
         adv = opd_advantages(teacher, scored)

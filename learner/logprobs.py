@@ -110,3 +110,28 @@ def scored_logprobs(
     bias = getattr(head, "bias", None)
     out: torch.Tensor = _ChunkedTokenLogprobs.apply(h, head.weight, bias, targets, chunk)
     return out
+
+
+class LogprobMismatch:
+    """|engine log-prob - learner log-prob| over an update's scored tokens: the inference /
+    training mismatch (sampler kernels, dtype, a stale engine would show here). A metric only:
+    it never touches a gradient, and tokens without engine log-probs are skipped."""
+
+    def __init__(self) -> None:
+        self.total = 0.0
+        self.max = 0.0
+        self.tokens = 0
+
+    def observe(self, learner: torch.Tensor, rollout: tuple[float, ...] | None) -> None:
+        if rollout is None or len(rollout) != learner.numel() or not rollout:
+            return
+        with torch.no_grad():
+            ref = torch.tensor(rollout, dtype=torch.float64)
+            d = (learner.detach().double().cpu() - ref).abs()
+        self.total += float(d.sum())
+        self.max = max(self.max, float(d.max()))
+        self.tokens += len(rollout)
+
+    @property
+    def mean(self) -> float:
+        return self.total / self.tokens if self.tokens else 0.0

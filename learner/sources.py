@@ -33,6 +33,7 @@ class GrpoContent:
     index: int
     response_ids: tuple[int, ...]
     response_mask: tuple[int, ...]
+    rollout_logprobs: tuple[float, ...] | None = None  # the engine's, per scored token (metric)
 
     @property
     def key(self) -> str:
@@ -68,6 +69,7 @@ class OpdTurn:
     action_mask: tuple[int, ...]
     teacher_logprobs: tuple[float, ...]
     start: int | None = None
+    rollout_logprobs: tuple[float, ...] | None = None  # the engine's, per scored token (metric)
 
     @property
     def key(self) -> str:

@@ -10,21 +10,25 @@ says done (submit), after `max_turns`, or when the token budget is spent.
 When a teacher is given (OPD), each turn's action is scored while its tool call runs, and
 `on_turn_completed` fires as soon as the action tokens (and their teacher scores) are fixed: that
 is the turn's ready time for the learner. `on_reward_ready` fires when the trajectory's reward is
-known, `on_trajectory_completed` right after.
+known, `on_trajectory_completed` right after. Each score names its trajectory (`key=task.ref`) and
+the teacher's `release(ref)` runs when the trajectory ends, however it ends, so an incremental
+teacher keeps K/V only for open trajectories.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from rollout.chat import Messages, TokenizerChatFormat
 from rollout.engine import Engine
+from rollout.replicas import Router
 from rollout.trajectory import Trajectory, TrajectoryRef, Turn
 from rollout.types import SamplingParams
 
@@ -49,9 +53,23 @@ class NullCallbacks:
 
 
 class TurnScorer(Protocol):
-    """What the loop needs from a teacher: log-probs of ids[start:] given ids[:start]."""
+    """What the loop needs from a teacher: log-probs of ids[start:] given ids[:start], `key`
+    naming the trajectory, and `release(key)` once it ends. Older scorers with neither (a plain
+    `score(token_ids, start)`) still work: the loop checks for them once."""
 
-    def score(self, token_ids: Sequence[int], start: int) -> list[float]: ...
+    def score(
+        self, token_ids: Sequence[int], start: int, *, key: Hashable | None = None
+    ) -> list[float]: ...
+
+    def release(self, key: Hashable) -> None: ...
+
+
+def _takes_key(teacher: object) -> bool:
+    try:
+        params = inspect.signature(teacher.score).parameters  # type: ignore[attr-defined]
+    except (TypeError, ValueError):
+        return False
+    return "key" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
 @dataclass
@@ -97,6 +115,9 @@ class AgentLoop:
         self.config = config or AgentLoopConfig()
         self.callbacks: RolloutCallbacks = callbacks or NullCallbacks()
         self.teacher = teacher
+        self._keyed = teacher is not None and _takes_key(teacher)
+        release = getattr(teacher, "release", None)
+        self._release: Callable[[Hashable], None] | None = release if callable(release) else None
 
     def run(self, tasks: Sequence[RolloutTask], version: int | None = None) -> list[Trajectory]:
         """Run every task to completion (results in task order)."""
@@ -128,6 +149,7 @@ class AgentLoop:
         loop = asyncio.get_running_loop()
         cfg = self.config
         env = await loop.run_in_executor(tool_pool, task.make_env)
+        router = self.engine if isinstance(self.engine, Router) else None
         try:
             init_msgs, _ = await loop.run_in_executor(tool_pool, env.init, task.prompt)
             prompt_ids = self.chat.prompt_ids(list(init_msgs))
@@ -139,6 +161,8 @@ class AgentLoop:
                 start=time.time(),
             )
             context = list(prompt_ids)
+            # with several replicas, every turn of this trajectory goes to the same one
+            engine = router.route(str(task.ref)) if router is not None else self.engine
             reward = 0.0
             traj.stop_reason = "max_turns"
             for turn_idx in range(cfg.max_turns):
@@ -156,7 +180,7 @@ class AgentLoop:
                 gen = await loop.run_in_executor(
                     gen_pool,
                     functools.partial(
-                        self.engine.generate, list(context), params, seed, version=version
+                        engine.generate, list(context), params, seed, version=version
                     ),
                 )
                 turn = Turn(
@@ -175,7 +199,7 @@ class AgentLoop:
                 turn.tool_start = time.time()
                 step_fut = loop.run_in_executor(tool_pool, env.step, turn.action_text)
                 if self.teacher is not None:
-                    await self._score_turn(turn, list(context), gen_pool)
+                    await self._score_turn(turn, list(context), gen_pool, task.ref)
                 self.callbacks.on_turn_completed(traj, turn)
                 out = await step_fut
                 turn.tool_end = time.time()
@@ -202,14 +226,27 @@ class AgentLoop:
             self.callbacks.on_trajectory_completed(traj)
             return traj
         finally:
-            await loop.run_in_executor(tool_pool, env.close)
+            if router is not None:
+                router.release(str(task.ref))
+            try:
+                if self._release is not None:  # closed or aborted: free its teacher cache
+                    await loop.run_in_executor(gen_pool, self._release, task.ref)
+            finally:
+                await loop.run_in_executor(tool_pool, env.close)
 
-    async def _score_turn(self, turn: Turn, context: list[int], pool: ThreadPoolExecutor) -> None:
+    async def _score_turn(
+        self, turn: Turn, context: list[int], pool: ThreadPoolExecutor, ref: TrajectoryRef
+    ) -> None:
         assert self.teacher is not None
         loop = asyncio.get_running_loop()
         turn.teacher_start = time.time()
-        teacher = self.teacher
+        teacher, keyed = self.teacher, self._keyed
         turn.teacher_logprobs = await loop.run_in_executor(
-            pool, lambda: teacher.score(context, turn.context_len)
+            pool,
+            lambda: (
+                teacher.score(context, turn.context_len, key=ref)
+                if keyed
+                else teacher.score(context, turn.context_len)
+            ),
         )
         turn.teacher_end = time.time()

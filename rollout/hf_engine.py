@@ -18,6 +18,7 @@ import torch
 from rollout.checkpoint import load_state_dict
 from rollout.gate import VersionGate
 from rollout.types import Generation, LoadAck, SamplingParams
+from rollout.weight_wire import ShmWeights, is_shm_uri, iter_shm
 
 
 def sample_token(
@@ -101,7 +102,12 @@ class HFEngine:
         self, version: int, source: str | Path | Mapping[str, torch.Tensor]
     ) -> LoadAck:
         t0 = time.monotonic()
-        state = load_state_dict(source) if isinstance(source, str | Path) else source
+        if is_shm_uri(source):  # views of the shared segment; load_state_dict copies them
+            state: Mapping[str, torch.Tensor] = dict(iter_shm(ShmWeights.parse(str(source))))
+        elif isinstance(source, str | Path):
+            state = load_state_dict(source)
+        else:
+            state = source
         with self._gate.loading(version), torch.no_grad():
             missing, unexpected = self.model.load_state_dict(dict(state), strict=False)
             if unexpected or [m for m in missing if m != "lm_head.weight"]:

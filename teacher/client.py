@@ -5,6 +5,9 @@ thread gathers waiting requests into batches of up to `batch_size` (waiting at m
 `batch_wait_s` for company), sends each batch with a timeout, retries a failed batch with
 exponential backoff and, after `retries` failed retries, fails every request in it with a
 `TeacherError` that says what went wrong and how often it was tried.
+
+`score(..., key=traj)` names the request's trajectory so an incremental scorer can keep its
+teacher K/V between turns; `release(traj)` ends that (a no-op for scorers that cache nothing).
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from concurrent.futures import Future
 
 from teacher.scorer import Scorer, ScoreRequest
@@ -44,11 +47,24 @@ class TeacherClient:
         self._worker = threading.Thread(target=self._loop, name="teacher-client", daemon=True)
         self._worker.start()
 
-    def score(self, token_ids: Sequence[int], start: int) -> list[float]:
-        """Teacher log-probs of `token_ids[start:]` (blocks; safe from many threads)."""
+    def score(
+        self, token_ids: Sequence[int], start: int, *, key: Hashable | None = None
+    ) -> list[float]:
+        """Teacher log-probs of `token_ids[start:]` (blocks; safe from many threads). `key`: the
+        trajectory the context belongs to (lets an incremental scorer reuse its cached prefix)."""
         fut: Future[list[float]] = Future()
-        self._q.put((ScoreRequest(list(token_ids), start), fut))
+        self._q.put((ScoreRequest(list(token_ids), start, key), fut))
         return fut.result()
+
+    def release(self, key: Hashable) -> None:
+        """The trajectory `key` closed or was aborted: let the scorer drop what it keeps for it.
+
+        Called directly, not queued: its turns' scores were all awaited before it closes, and
+        the scorer locks its own state. A late retry may re-cache it; the scorer's bound evicts it.
+        """
+        release = getattr(self.scorer, "release", None)
+        if callable(release):
+            release(key)
 
     def score_many(self, requests: Sequence[ScoreRequest]) -> list[list[float]]:
         futs: list[Future[list[float]]] = []

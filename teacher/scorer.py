@@ -4,11 +4,13 @@ A request is `(token_ids, start)`: score `token_ids[start:]`, each token given e
 The vLLM scorer asks an OpenAI-compatible server for `prompt_logprobs` on a token-id prompt
 (`max_tokens=1`, `prompt_logprobs=0`: vLLM always includes the actual prompt token's log-prob) and
 batches many prompts into one request. The HF scorer runs one forward per request in-process.
+A request may carry its trajectory's `key`: full-context scorers ignore it, the incremental one
+(teacher/incremental.py) keeps that trajectory's teacher K/V under it between turns.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -20,6 +22,7 @@ import httpx
 class ScoreRequest:
     token_ids: list[int]
     start: int
+    key: Hashable | None = None  # the trajectory (e.g. its TrajectoryRef); None: no cache
 
     def __post_init__(self) -> None:
         if not 1 <= self.start <= len(self.token_ids):

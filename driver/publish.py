@@ -1,0 +1,99 @@
+"""Where the learner puts theta_{k+1} for the engines, and which old versions it drops.
+
+shm (default): one shared-memory segment per version (rollout/weight_wire.py), loaded in place by
+every replica; the disk is off the critical path. disk: a safetensors checkpoint per version (the
+old path, kept for comparison). Either way a disk copy is also written every `publish.disk_every`
+versions (default: every `checkpoint_every`, so a resume finds the weights of its checkpoint) and
+for the last version (evaluation and model registration read it); a recorded run (`log_batches`,
+for the replay check) keeps every version on disk. Otherwise only the last `publish.keep_last`
+versions are kept, plus the newest checkpointed one on disk.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+
+from rollout.checkpoint import save_checkpoint
+from rollout.weight_wire import SHM_ROOT, ShmWeights, segment_path, write_shm
+from tsrl.config import RunConfig, WeightTransport
+from tsrl.rundir import RunFiles
+
+
+class PolicyWriter:
+    def __init__(
+        self,
+        cfg: RunConfig,
+        files: RunFiles,
+        model_dir: str,
+        run_tag: str,
+        owners: tuple[int, ...] = (),
+        *,
+        every_version_on_disk: bool = False,
+    ) -> None:
+        self.cfg, self.files, self.model_dir, self.run_tag = cfg, files, model_dir, run_tag
+        self.owners = owners  # the learner and its driver: the segment is an orphan once both end
+        self.transport = cfg.publish.transport
+        self.keep = cfg.publish.keep_last
+        self.every_version_on_disk = every_version_on_disk  # a recorded run: replay reads them
+        self._segments: list[tuple[int, ShmWeights]] = []
+
+    @property
+    def disk_every(self) -> int:
+        return self.cfg.publish.disk_every or self.cfg.checkpoint_every
+
+    def wants_disk(self, version: int) -> bool:
+        every = self.disk_every
+        last = version >= self.cfg.updates
+        if self.transport is WeightTransport.DISK or last or self.every_version_on_disk:
+            return True
+        return bool(every and version % every == 0)
+
+    def write(self, version: int, weights: Mapping[str, torch.Tensor]) -> str:
+        """Write `version` where the engines read it; returns the uri to publish."""
+        disk: Path | None = None
+        if self.wants_disk(version):
+            disk = save_checkpoint(self.files.weights(version), weights, self.model_dir)
+        if self.transport is WeightTransport.DISK:
+            assert disk is not None
+            return str(disk)
+        path = segment_path(self.run_tag, version)
+        seg = write_shm(path, weights, version=version, owners=self.owners)
+        self._segments.append((version, seg))
+        return seg.uri
+
+    def prune(self, acked: int) -> None:
+        """After every engine acked `acked`: drop versions older than the last `keep_last`."""
+        floor = acked - self.keep + 1
+        keep = [(v, s) for v, s in self._segments if v >= floor]
+        for v, s in self._segments:
+            if v < floor:
+                s.remove()
+        self._segments = keep
+        root = self.files.weights(0).parent
+        if self.every_version_on_disk or not root.is_dir():
+            return
+        versions = sorted(int(p.name[1:]) for p in root.glob("v*") if p.name[1:].isdigit())
+        every = self.cfg.checkpoint_every
+        ckpt = max((v for v in versions if every and v % every == 0), default=None)
+        for v in versions:
+            if v < floor and v != ckpt:
+                shutil.rmtree(self.files.weights(v), ignore_errors=True)
+
+    def close(self) -> None:
+        for _, s in self._segments:
+            s.remove()
+        self._segments = []
+
+
+def remove_run_segments(run_tag: str) -> int:
+    """Every segment a run left in shared memory (a killed learner cannot clean up)."""
+    stem = segment_path(run_tag, 0).name.removesuffix("-v0.bin")
+    n = 0
+    for p in SHM_ROOT.glob(f"{stem}-v*.bin*"):
+        p.unlink(missing_ok=True)
+        n += 1
+    return n

@@ -1,0 +1,172 @@
+"""Weights in memory: one shared-memory segment per published version, loaded in place.
+
+The learner writes theta_{k+1} once into `/dev/shm` (tmpfs: RAM, never the disk), tensors back to
+back in their own dtype (bf16 stays bf16 on the wire), with a JSON index beside it. Every engine
+on the host then loads from the same bytes: the HF engine copies them into its parameters, a vLLM
+replica is told over `/collective_rpc` to map the segment and feed it through its model's
+`load_weights` in buckets (rollout/vllm_worker/tsrl_vllm_ext.py), so nothing is serialised or
+re-read per replica. The reader side of the index format lives in that extension too (it runs in
+vLLM's own venv and must not import this package); keep the two in step.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+SCHEME = "shm://"
+SHM_ROOT = Path(os.environ.get("TSRL_SHM_DIR", "/dev/shm"))
+DTYPES = {
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+    "float64": torch.float64,
+}
+_NAMES = {v: k for k, v in DTYPES.items()}
+_ALIGN = 64  # every tensor starts on a cache line (and any dtype's alignment)
+
+
+class WeightWireError(RuntimeError):
+    """A shared-memory weight segment is missing, short or malformed."""
+
+
+@dataclass(frozen=True)
+class ShmWeights:
+    """A published version in shared memory: `path` holds the bytes, `path`.json the index."""
+
+    path: Path
+
+    @property
+    def uri(self) -> str:
+        return f"{SCHEME}{self.path}"
+
+    @property
+    def index_path(self) -> Path:
+        return self.path.with_name(self.path.name + ".json")
+
+    @classmethod
+    def parse(cls, uri: str) -> ShmWeights:
+        if not uri.startswith(SCHEME):
+            raise WeightWireError(f"not a shared-memory weight uri: {uri!r} (want {SCHEME}PATH)")
+        return cls(Path(uri[len(SCHEME) :]))
+
+    def remove(self) -> None:
+        for p in (self.path, self.index_path):
+            p.unlink(missing_ok=True)
+
+
+def is_shm_uri(source: object) -> bool:
+    return isinstance(source, str) and source.startswith(SCHEME)
+
+
+def segment_path(run_tag: str, version: int) -> Path:
+    safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in run_tag)
+    return SHM_ROOT / f"tsrl-{safe}-v{version}.bin"
+
+
+def write_shm(
+    path: Path,
+    state_dict: Mapping[str, torch.Tensor],
+    *,
+    version: int,
+    owners: tuple[int, ...] = (),
+) -> ShmWeights:
+    """Write every tensor (detached, on CPU, contiguous) into `path`; the index is written last
+    (atomically), so a reader that finds it finds complete bytes. `owners`: the pids whose end
+    makes the segment an orphan (`sweep_orphans` removes it once none of them is alive)."""
+    entries: list[dict[str, Any]] = []
+    offset = 0
+    for name, t in state_dict.items():
+        if t.dtype not in _NAMES:
+            raise WeightWireError(f"tensor {name!r} has dtype {t.dtype}: not publishable")
+        offset = -(-offset // _ALIGN) * _ALIGN
+        nbytes = t.numel() * t.element_size()
+        entries.append(
+            {
+                "name": name,
+                "dtype": _NAMES[t.dtype],
+                "shape": list(t.shape),
+                "offset": offset,
+                "nbytes": nbytes,
+            }
+        )
+        offset += nbytes
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as out:
+        out.truncate(max(offset, 1))
+    with open(path, "r+b") as f, mmap.mmap(f.fileno(), max(offset, 1)) as mm:
+        for e, t in zip(entries, state_dict.values(), strict=True):
+            if not e["nbytes"]:
+                continue
+            view = torch.frombuffer(mm, dtype=t.dtype, count=t.numel(), offset=e["offset"])
+            view.copy_(t.detach().reshape(-1))
+            del view  # the mmap cannot close while a tensor still exports its buffer
+    w = ShmWeights(path)
+    tmp = w.index_path.with_suffix(".tmp")
+    owners = owners or (os.getpid(),)
+    index = {"version": version, "bytes": offset, "owners": list(owners), "tensors": entries}
+    tmp.write_text(json.dumps(index))
+    tmp.replace(w.index_path)
+    return w
+
+
+def read_index(w: ShmWeights) -> dict[str, Any]:
+    try:
+        index = json.loads(w.index_path.read_text())
+    except FileNotFoundError:
+        raise WeightWireError(f"{w.index_path}: no index (was the version pruned?)") from None
+    size = w.path.stat().st_size if w.path.exists() else -1
+    if size < int(index["bytes"]):
+        raise WeightWireError(f"{w.path}: {size} bytes, the index says {index['bytes']}")
+    return dict(index)
+
+
+def iter_shm(w: ShmWeights) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, tensor) pairs viewing the segment (copy-on-write mapping: no copy until written)."""
+    index = read_index(w)
+    with open(w.path, "rb") as f:
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+    for e in index["tensors"]:
+        dtype = DTYPES[e["dtype"]]
+        numel = e["nbytes"] // torch.empty((), dtype=dtype).element_size()
+        if numel == 0:
+            yield e["name"], torch.empty(e["shape"], dtype=dtype)
+            continue
+        t = torch.frombuffer(mm, dtype=dtype, count=numel, offset=e["offset"])
+        yield e["name"], t.view(e["shape"])
+
+
+def read_shm(w: ShmWeights) -> dict[str, torch.Tensor]:
+    """The whole state dict, owned copies (the mapping may be pruned afterwards)."""
+    return {k: v.clone() for k, v in iter_shm(w)}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_orphans(root: Path = SHM_ROOT) -> int:
+    """Remove the segments of runs whose every owner process is gone (a SIGKILLed run)."""
+    n = 0
+    for idx in root.glob("tsrl-*.bin.json"):
+        try:
+            owners = json.loads(idx.read_text()).get("owners") or []
+        except (OSError, ValueError):
+            continue
+        if owners and not any(_alive(int(p)) for p in owners):
+            ShmWeights(idx.with_name(idx.name.removesuffix(".json"))).remove()
+            n += 1
+    return n

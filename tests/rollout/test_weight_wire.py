@@ -1,0 +1,126 @@
+"""Weights through shared memory: exact bytes, HF engine loads, routing across replicas, pruning."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from driver.publish import PolicyWriter
+from rollout.hf_engine import HFEngine
+from rollout.replicas import ReplicaLoadError, ReplicaSet
+from rollout.types import SamplingParams
+from rollout.weight_wire import (
+    ShmWeights,
+    WeightWireError,
+    read_shm,
+    sweep_orphans,
+    write_shm,
+)
+from tsrl.config import load_run_config
+from tsrl.models import load_model
+from tsrl.rundir import RunFiles
+
+PROMPT = [1, 10, 11, 12, 13]
+
+
+def _perturbed(model_dir: Path, scale: float = 0.05) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    sd = load_model(model_dir).state_dict()
+    return {k: v + scale * torch.randn(v.shape, generator=g) for k, v in sd.items()}
+
+
+def test_segment_round_trips_every_dtype_bit_for_bit(tmp_path: Path) -> None:
+    sd = {
+        "a": torch.randn(3, 5),
+        "b": torch.randn(7).to(torch.bfloat16),  # bf16 stays bf16 on the wire
+        "c": torch.randn(2, 2).double(),
+        "empty": torch.empty(0, 4),
+        "view": torch.randn(4, 6)[:, 1:3],  # non-contiguous input
+    }
+    w = write_shm(tmp_path / "seg.bin", sd, version=3)
+    back = read_shm(w)
+    assert list(back) == list(sd)
+    for k, v in sd.items():
+        assert back[k].dtype == v.dtype and back[k].shape == v.shape
+        assert torch.equal(back[k], v), k
+    assert (tmp_path / "seg.bin").stat().st_size == w.path.stat().st_size
+    w.remove()
+    with pytest.raises(WeightWireError, match="no index"):
+        read_shm(w)
+
+
+def test_hf_engine_serves_the_new_weights_from_shared_memory(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    eng = HFEngine(tiny_model_dir)
+    new = _perturbed(tiny_model_dir)
+    w = write_shm(tmp_path / "v1.bin", new, version=1)
+    ack = eng.load_weights(1, w.uri)
+    assert ack.version == 1 and eng.version == 1
+    gen = eng.generate(PROMPT, SamplingParams(6, 1.0), seed=0, version=1)
+    ref = load_model(tiny_model_dir)  # an independent forward of the new weights
+    ref.load_state_dict(new)
+    ids = torch.tensor([PROMPT + gen.token_ids])
+    with torch.no_grad():
+        lp = ref(ids).logits.float().log_softmax(-1)[0, len(PROMPT) - 1 : -1]
+    want = lp.gather(-1, torch.tensor(gen.token_ids)[:, None])[:, 0]
+    assert torch.allclose(torch.tensor(gen.logprobs), want, atol=1e-5)
+
+
+def test_replicas_pin_a_trajectory_and_spread_new_ones(tiny_model_dir: Path) -> None:
+    engines = [HFEngine(tiny_model_dir), HFEngine(tiny_model_dir)]
+    rs = ReplicaSet(engines)
+    a, b = rs.route("t0"), rs.route("t1")
+    assert a is not b  # least loaded first
+    assert rs.route("t0") is a  # sticky for the trajectory's life
+    rs.release("t0")
+    assert rs.route("t2") is a  # t0's slot is free again
+    assert rs.routed == [2, 1]
+
+
+def test_a_replica_that_fails_to_load_fails_the_whole_load(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    rs = ReplicaSet([HFEngine(tiny_model_dir), HFEngine(tiny_model_dir)])
+    bad = {"nonsense.weight": torch.zeros(2)}
+    w = write_shm(tmp_path / "bad.bin", bad, version=1)
+    with pytest.raises(ReplicaLoadError, match="engine-0.*engine-1"):
+        rs.load_weights(1, w.uri)
+    assert rs.version == 0  # nobody acked: the gate still serves v0
+
+
+def test_policy_writer_keeps_the_last_versions_and_disk_only_when_asked(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    cfg = load_run_config("grpo-toy", {"updates": 5, "checkpoint_every": 2, "publish.keep_last": 2})
+    files = RunFiles(tmp_path)
+    writer = PolicyWriter(cfg, files, str(tiny_model_dir), f"test-{tmp_path.name}")
+    sd = load_model(tiny_model_dir).state_dict()
+    uris = []
+    for v in range(1, 6):
+        uris.append(writer.write(v, sd))
+        writer.prune(v)
+    alive = [ShmWeights.parse(u).path.exists() for u in uris]
+    assert alive == [False, False, False, True, True]
+    on_disk = sorted(p.name for p in (tmp_path / "weights").iterdir())
+    assert on_disk == ["v000004", "v000005"]  # the newest checkpointed one and the last
+    writer.close()
+    assert not any(ShmWeights.parse(u).path.exists() for u in uris)
+
+
+def test_segments_of_dead_runs_are_swept_and_live_ones_kept(tmp_path: Path) -> None:
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    pid = int(dead.stdout)
+    orphan = write_shm(tmp_path / "tsrl-x-v1.bin", {"a": torch.ones(2)}, version=1, owners=(pid,))
+    live = write_shm(tmp_path / "tsrl-y-v1.bin", {"a": torch.ones(2)}, version=1)
+    assert sweep_orphans(tmp_path) == 1
+    assert not orphan.path.exists() and live.path.exists()
