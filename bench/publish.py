@@ -24,7 +24,7 @@ from rollout.replicas import ReplicaSet
 from rollout.types import SamplingParams
 from rollout.vllm_engine import VLLMEngine
 from rollout.vllm_server import VLLMServer, VLLMServerConfig
-from rollout.weight_wire import segment_path, write_shm
+from rollout.weight_wire import ShmWeights, segment_path, write_shm
 
 PROMPT = [1, 10, 11, 12, 13, 14, 15]
 
@@ -92,12 +92,11 @@ def bench_model(name: str, *, rounds: int, replicas: tuple[int, ...]) -> list[di
                 disk_write.append(t1 - t0)
                 version += 1
                 t0 = time.perf_counter()
-                seg = write_shm(segment_path(f"bench-{root.name}", version), sd, version=version)
+                # two slots reused in turn, as the learner's publisher does
+                slot = segment_path(f"bench-{root.name}", version % 2)
+                seg = write_shm(slot, sd, version=version)
                 t1 = time.perf_counter()
-                try:
-                    rs.load_weights(version, seg.uri)
-                finally:
-                    seg.remove()
+                rs.load_weights(version, seg.uri)
                 t2 = time.perf_counter()
                 shm_s.append(t2 - t0)
                 shm_write.append(t1 - t0)
@@ -117,6 +116,9 @@ def bench_model(name: str, *, rounds: int, replicas: tuple[int, ...]) -> list[di
                     "disk_write_s": round(statistics.median(disk_write), 4),
                     "shm_write_s": round(statistics.median(shm_write), 4),
                     "speedup_vs_disk": round(dm / sm, 2),
+                    "disk_rounds_s": [round(x, 3) for x in disk_s],
+                    "shm_rounds_s": [round(x, 3) for x in shm_s],
+                    "shm_write_rounds_s": [round(x, 3) for x in shm_write],
                     "max_logprob_gap": gap,
                     "rounds": rounds,
                 }
@@ -124,6 +126,8 @@ def bench_model(name: str, *, rounds: int, replicas: tuple[int, ...]) -> list[di
     finally:
         for e in engines:
             e.close()
+        for s in (0, 1):
+            ShmWeights(segment_path(f"bench-{root.name}", s)).remove()
     return out
 
 

@@ -93,6 +93,7 @@ class LearnerLoop:
             spec.run_id,
             owners,
             every_version_on_disk=spec.log_batches,
+            acked=bool(spec.replicas),
         )
         self.learner = Learner(model, self.cfg, publish=self._publish, ctx=ctx)
         if spec.resume:

@@ -1,7 +1,8 @@
 """Where the learner puts theta_{k+1} for the engines, and which old versions it drops.
 
-shm (default): one shared-memory segment per version (rollout/weight_wire.py), loaded in place by
-every replica; the disk is off the critical path. disk: a safetensors checkpoint per version (the
+shm (default): theta_{k+1} goes into one of `publish.keep_last` shared-memory slots
+(rollout/weight_wire.py), rewritten in place in turn, and every replica loads it in place; the disk
+is off the critical path. disk: a safetensors checkpoint per version (the
 old path, kept for comparison). Either way a disk copy is also written every `publish.disk_every`
 versions (default: every `checkpoint_every`, so a resume finds the weights of its checkpoint) and
 for the last version (evaluation and model registration read it); a recorded run (`log_batches`,
@@ -33,13 +34,17 @@ class PolicyWriter:
         owners: tuple[int, ...] = (),
         *,
         every_version_on_disk: bool = False,
+        acked: bool = True,
     ) -> None:
         self.cfg, self.files, self.model_dir, self.run_tag = cfg, files, model_dir, run_tag
         self.owners = owners  # the learner and its driver: the segment is an orphan once both end
         self.transport = cfg.publish.transport
         self.keep = cfg.publish.keep_last
+        # shm slots, reused in turn: a slot is rewritten only after every engine acked a later
+        # version; stale schedules do not ack and load up to one version behind: one more
+        self.slots = self.keep if acked else max(self.keep, 3)
+        self._used: set[int] = set()
         self.every_version_on_disk = every_version_on_disk  # a recorded run: replay reads them
-        self._segments: list[tuple[int, ShmWeights]] = []
 
     @property
     def disk_every(self) -> int:
@@ -60,19 +65,17 @@ class PolicyWriter:
         if self.transport is WeightTransport.DISK:
             assert disk is not None
             return str(disk)
-        path = segment_path(self.run_tag, version)
-        seg = write_shm(path, weights, version=version, owners=self.owners)
-        self._segments.append((version, seg))
+        slot = version % self.slots
+        seg = write_shm(
+            segment_path(self.run_tag, slot), weights, version=version, owners=self.owners
+        )
+        self._used.add(slot)
         return seg.uri
 
     def prune(self, acked: int) -> None:
-        """After every engine acked `acked`: drop versions older than the last `keep_last`."""
+        """After every engine acked `acked`: drop disk versions older than the last `keep_last`
+        (shared memory needs no pruning: its slots are reused)."""
         floor = acked - self.keep + 1
-        keep = [(v, s) for v, s in self._segments if v >= floor]
-        for v, s in self._segments:
-            if v < floor:
-                s.remove()
-        self._segments = keep
         root = self.files.weights(0).parent
         if self.every_version_on_disk or not root.is_dir():
             return
@@ -84,16 +87,16 @@ class PolicyWriter:
                 shutil.rmtree(self.files.weights(v), ignore_errors=True)
 
     def close(self) -> None:
-        for _, s in self._segments:
-            s.remove()
-        self._segments = []
+        for slot in self._used:
+            ShmWeights(segment_path(self.run_tag, slot)).remove()
+        self._used = set()
 
 
 def remove_run_segments(run_tag: str) -> int:
     """Every segment a run left in shared memory (a killed learner cannot clean up)."""
-    stem = segment_path(run_tag, 0).name.removesuffix("-v0.bin")
+    stem = segment_path(run_tag, 0).name.removesuffix("-s0.bin")
     n = 0
-    for p in SHM_ROOT.glob(f"{stem}-v*.bin*"):
+    for p in SHM_ROOT.glob(f"{stem}-s*.bin*"):
         p.unlink(missing_ok=True)
         n += 1
     return n

@@ -103,7 +103,9 @@ class HFEngine:
     ) -> LoadAck:
         t0 = time.monotonic()
         if is_shm_uri(source):  # views of the shared segment; load_state_dict copies them
-            state: Mapping[str, torch.Tensor] = dict(iter_shm(ShmWeights.parse(str(source))))
+            state: Mapping[str, torch.Tensor] = dict(
+                iter_shm(ShmWeights.parse(str(source)), version)
+            )
         elif isinstance(source, str | Path):
             state = load_state_dict(source)
         else:

@@ -141,7 +141,7 @@ class VLLMEngine:
             out = post_json(
                 self._client,
                 f"{self.server.url}/collective_rpc",
-                {"method": "tsrl_load_shm", "kwargs": {"uri": uri}},
+                {"method": "tsrl_load_shm", "kwargs": {"uri": uri, "version": version}},
                 self.timeout_s,
             )
             results = out["results"] if isinstance(out, dict) else []

@@ -66,9 +66,10 @@ def is_shm_uri(source: object) -> bool:
     return isinstance(source, str) and source.startswith(SCHEME)
 
 
-def segment_path(run_tag: str, version: int) -> Path:
+def segment_path(run_tag: str, slot: int) -> Path:
+    """A run's segment `slot` (the publisher cycles through `keep_last` slots)."""
     safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in run_tag)
-    return SHM_ROOT / f"tsrl-{safe}-v{version}.bin"
+    return SHM_ROOT / f"tsrl-{safe}-s{slot}.bin"
 
 
 def write_shm(
@@ -80,7 +81,12 @@ def write_shm(
 ) -> ShmWeights:
     """Write every tensor (detached, on CPU, contiguous) into `path`; the index is written last
     (atomically), so a reader that finds it finds complete bytes. `owners`: the pids whose end
-    makes the segment an orphan (`sweep_orphans` removes it once none of them is alive)."""
+    makes the segment an orphan (`sweep_orphans` removes it once none of them is alive).
+
+    An existing segment of the same size is overwritten in place: its pages are already backed,
+    so the write is one memcpy instead of a page fault + zero fill per 4 KiB (2x faster at
+    SmolLM2 size). Its index says version -1 meanwhile, so nobody takes half-written bytes for a
+    version; the publisher reuses a slot only once every engine acked a later version."""
     entries: list[dict[str, Any]] = []
     offset = 0
     for name, t in state_dict.items():
@@ -99,22 +105,31 @@ def write_shm(
         )
         offset += nbytes
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "wb") as out:
-        out.truncate(max(offset, 1))
-    with open(path, "r+b") as f, mmap.mmap(f.fileno(), max(offset, 1)) as mm:
+    w = ShmWeights(path)
+    owners = owners or (os.getpid(),)
+    size = max(offset, 1)
+    if path.exists() and path.stat().st_size == size:
+        _write_index(w, {"version": -1, "bytes": offset, "owners": list(owners), "tensors": []})
+    else:
+        with open(path, "wb") as out:
+            out.truncate(size)
+    with open(path, "r+b") as f, mmap.mmap(f.fileno(), size) as mm:
         for e, t in zip(entries, state_dict.values(), strict=True):
             if not e["nbytes"]:
                 continue
             view = torch.frombuffer(mm, dtype=t.dtype, count=t.numel(), offset=e["offset"])
             view.copy_(t.detach().reshape(-1))
             del view  # the mmap cannot close while a tensor still exports its buffer
-    w = ShmWeights(path)
+    _write_index(
+        w, {"version": version, "bytes": offset, "owners": list(owners), "tensors": entries}
+    )
+    return w
+
+
+def _write_index(w: ShmWeights, index: dict[str, Any]) -> None:
     tmp = w.index_path.with_suffix(".tmp")
-    owners = owners or (os.getpid(),)
-    index = {"version": version, "bytes": offset, "owners": list(owners), "tensors": entries}
     tmp.write_text(json.dumps(index))
     tmp.replace(w.index_path)
-    return w
 
 
 def read_index(w: ShmWeights) -> dict[str, Any]:
@@ -128,9 +143,12 @@ def read_index(w: ShmWeights) -> dict[str, Any]:
     return dict(index)
 
 
-def iter_shm(w: ShmWeights) -> Iterator[tuple[str, torch.Tensor]]:
-    """(name, tensor) pairs viewing the segment (copy-on-write mapping: no copy until written)."""
+def iter_shm(w: ShmWeights, version: int | None = None) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, tensor) pairs viewing the segment (copy-on-write mapping: no copy until written);
+    `version`: the one the caller was told is there (anything else is refused)."""
     index = read_index(w)
+    if version is not None and index["version"] != version:
+        raise WeightWireError(f"{w.path} holds version {index['version']}, not {version}")
     with open(w.path, "rb") as f:
         mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
     for e in index["tensors"]:

@@ -31,10 +31,12 @@ class TsrlWeightExtension:
 
     model_runner: Any
 
-    def tsrl_load_shm(self, uri: str) -> dict[str, Any]:
+    def tsrl_load_shm(self, uri: str, version: int | None = None) -> dict[str, Any]:
         path = uri.removeprefix("shm://")
         with open(path + ".json") as f:
             index = json.load(f)
+        if version is not None and index["version"] != int(version):
+            raise ValueError(f"{path} holds version {index['version']}, not {version}")
         with open(path, "rb") as raw:
             mm = mmap.mmap(raw.fileno(), 0, access=mmap.ACCESS_COPY)
         count = 0

@@ -21,10 +21,12 @@ from tsrl.config import load_run_config
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.parametrize("recipe", ["grpo-toy", "opd-toy"])
+@pytest.mark.parametrize(("recipe", "lora"), [("grpo-toy", 4), ("opd-toy", 0)])
 def test_vllm_replicas_train_like_sync_and_every_replica_acks_every_version(
-    recipe: str, tmp_path: Path
+    recipe: str, lora: int, tmp_path: Path
 ) -> None:
+    """GRPO runs with LoRA: the replicas serve the learner's merged weights (the mismatch
+    metric would show adapters that did not reach them)."""
     cfg = load_run_config(
         recipe,
         {
@@ -33,6 +35,7 @@ def test_vllm_replicas_train_like_sync_and_every_replica_acks_every_version(
             "rollout.group_size": 2 if recipe == "grpo-toy" else 1,
             "rollout.engine": "vllm",
             "rollout.replicas": 2,
+            "model.lora_rank": lora,
         },
     )
     driver = RunDriver(cfg, tmp_path, log_batches=True)
@@ -49,4 +52,4 @@ def test_vllm_replicas_train_like_sync_and_every_replica_acks_every_version(
     line = next(x for x in log.splitlines() if "rollout on 2 vLLM replicas" in x)
     per_replica = json.loads(line.split("trajectories per replica: ")[1])
     assert len(per_replica) == 2 and min(per_replica) > 0, line  # both replicas served
-    assert not list(SHM_ROOT.glob(f"tsrl-{cfg.name}-*{driver.run_id.split('-')[-1]}-v*"))
+    assert not list(SHM_ROOT.glob(f"tsrl-{cfg.name}-*{driver.run_id.split('-')[-1]}-s*"))

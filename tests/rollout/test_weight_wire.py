@@ -16,6 +16,8 @@ from rollout.types import SamplingParams
 from rollout.weight_wire import (
     ShmWeights,
     WeightWireError,
+    iter_shm,
+    read_index,
     read_shm,
     sweep_orphans,
     write_shm,
@@ -51,6 +53,19 @@ def test_segment_round_trips_every_dtype_bit_for_bit(tmp_path: Path) -> None:
     w.remove()
     with pytest.raises(WeightWireError, match="no index"):
         read_shm(w)
+
+
+def test_a_slot_rewritten_in_place_holds_the_new_version_exactly(tmp_path: Path) -> None:
+    a = {"w": torch.randn(64, 8), "b": torch.randn(3).to(torch.bfloat16)}
+    b = {k: v + 1 for k, v in a.items()}
+    w1 = write_shm(tmp_path / "slot.bin", a, version=1)
+    inode = w1.path.stat().st_ino
+    w2 = write_shm(tmp_path / "slot.bin", b, version=2)
+    assert w2.path.stat().st_ino == inode  # the same pages, overwritten
+    back = dict(iter_shm(w2, version=2))
+    assert all(torch.equal(back[k], b[k]) for k in b)
+    with pytest.raises(WeightWireError, match="not 1"):
+        dict(iter_shm(w1, version=1))
 
 
 def test_hf_engine_serves_the_new_weights_from_shared_memory(
@@ -104,8 +119,10 @@ def test_policy_writer_keeps_the_last_versions_and_disk_only_when_asked(
     for v in range(1, 6):
         uris.append(writer.write(v, sd))
         writer.prune(v)
-    alive = [ShmWeights.parse(u).path.exists() for u in uris]
-    assert alive == [False, False, False, True, True]
+    assert len(set(uris)) == 2  # two slots, reused in turn
+    assert [read_index(ShmWeights.parse(u))["version"] for u in uris[-2:]] == [4, 5]
+    with pytest.raises(WeightWireError, match="holds version 5, not 3"):
+        next(iter_shm(ShmWeights.parse(uris[2]), version=3))  # v3's slot now holds v5
     on_disk = sorted(p.name for p in (tmp_path / "weights").iterdir())
     assert on_disk == ["v000004", "v000005"]  # the newest checkpointed one and the last
     writer.close()
