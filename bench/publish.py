@@ -10,6 +10,7 @@ log-probs equal an HF forward of the new weights (max abs gap under 1e-3).
 
 from __future__ import annotations
 
+import os
 import statistics
 import tempfile
 import time
@@ -90,6 +91,9 @@ def bench_model(name: str, *, rounds: int, replicas: tuple[int, ...]) -> list[di
                 t2 = time.perf_counter()
                 disk_s.append(t2 - t0)
                 disk_write.append(t1 - t0)
+                # the disk path's background writeback would otherwise slow the next round down
+                # (charged to neither path: the disk's durability cost is left out, in its favour)
+                os.sync()
                 version += 1
                 t0 = time.perf_counter()
                 # two slots reused in turn, as the learner's publisher does
