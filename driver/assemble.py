@@ -16,7 +16,7 @@ from rollout.agent_loop import AgentLoopConfig
 from rollout.chat import TokenizerChatFormat
 from rollout.replicas import ReplicaSet
 from rollout.types import SamplingParams
-from tsrl.config import Objective, RolloutEngine, RunConfig
+from tsrl.config import Objective, RolloutEngine, RunConfig, TeacherScoring
 from tsrl.rundir import RunFiles
 
 
@@ -78,8 +78,8 @@ class RolloutSide:
     acks: dict[int, dict[str, Any]] = field(default_factory=dict)  # version -> who loaded it, how
 
     def close(self) -> None:
-        if isinstance(self.engine, ReplicaSet):
-            self.engine.close()  # stops the vLLM servers
+        if isinstance(self.engine, ReplicaSet) or self.on_ray:
+            self.engine.close()  # stops the vLLM servers / the engine actor
         if self.teacher is not None:
             self.teacher.close()
         if self.teacher_server is not None:
@@ -87,7 +87,6 @@ class RolloutSide:
         if self.on_ray:
             from driver.ray_placement import reset_sandbox_workers
 
-            self.engine.close()
             reset_sandbox_workers()
 
     def kill_teacher(self) -> None:
@@ -104,22 +103,21 @@ class RolloutSide:
 def _scorer(cfg: RunConfig, teacher_dir: Path, files: RunFiles, on_ray: bool) -> tuple[Any, Any]:
     """(the frozen teacher's scorer, its supervised server or None)."""
     backend = cfg.teacher.backend
+    incremental = cfg.teacher.effective_scoring is TeacherScoring.INCREMENTAL
+    # room for every concurrently open trajectory (and reruns) before LRU re-scoring
+    cap = max(8, 2 * cfg.rollout.concurrency)
     if backend == "hf" and on_ray:
         from driver.ray_placement import RayScorer
 
-        # full-context scoring: the K/V cache would have to live in the actor (not built yet)
-        return RayScorer(str(teacher_dir)), None
+        return RayScorer(str(teacher_dir), max_open=cap if incremental else 0), None
     if backend == "hf":
         from learner.device import resolve_device
         from teacher.scorer import HFScorer
-        from tsrl.config import TeacherScoring
 
         device = resolve_device(cfg.learner.device)
-        if cfg.teacher.effective_scoring is TeacherScoring.INCREMENTAL:
+        if incremental:
             from teacher.incremental import IncrementalHFScorer
 
-            # room for every concurrently open trajectory (and reruns) before LRU re-scoring
-            cap = max(8, 2 * cfg.rollout.concurrency)
             return IncrementalHFScorer.from_dir(teacher_dir, device=device, max_open=cap), None
         return HFScorer.from_dir(teacher_dir, device=device), None
     if backend != "vllm":
@@ -148,12 +146,7 @@ def rollout_side(
     start = files.weights(version) if version else student
     engine: Any
     if cfg.rollout.engine is RolloutEngine.VLLM:
-        if on_ray:
-            raise ConfigUnsupported(
-                "rollout.engine=vllm with --ray: vLLM replicas run on the driver's node in this "
-                "build; drop --ray or use rollout.engine=hf"
-            )
-        engine = vllm_replicas(cfg, files, start, version)
+        engine = vllm_replicas(cfg, files, start, version, on_ray=on_ray)
     elif on_ray:
         from driver.ray_placement import RayEngine
 
@@ -188,8 +181,13 @@ def replica_ids(cfg: RunConfig) -> tuple[str, ...]:
     return tuple(f"engine-{i}" for i in range(n))
 
 
-def vllm_replicas(cfg: RunConfig, files: RunFiles, start: Path, version: int) -> ReplicaSet:
-    """`rollout.replicas` vLLM servers on `start`, started in parallel; all or none."""
+def vllm_replicas(
+    cfg: RunConfig, files: RunFiles, start: Path, version: int, *, on_ray: bool = False
+) -> ReplicaSet:
+    """`rollout.replicas` vLLM servers on `start`, started in parallel; all or none. With Ray
+    each is a replica actor in its placement bundle, reached at its node's URL (shared-memory
+    weights need the replicas on the learner's host; otherwise `publish.transport: disk` on a
+    shared filesystem)."""
     from concurrent.futures import ThreadPoolExecutor
 
     import torch
@@ -198,7 +196,7 @@ def vllm_replicas(cfg: RunConfig, files: RunFiles, start: Path, version: int) ->
     from rollout.vllm_server import VLLMServer, VLLMServerConfig
 
     v = cfg.rollout.vllm
-    on_gpu = torch.cuda.is_available()
+    on_gpu = cfg.placement.rollout_gpus > 0 if on_ray else torch.cuda.is_available()
     sc = VLLMServerConfig(
         model=str(start),
         dtype=v.dtype or cfg.model.dtype,
@@ -210,6 +208,17 @@ def vllm_replicas(cfg: RunConfig, files: RunFiles, start: Path, version: int) ->
         enforce_eager=v.enforce_eager if v.enforce_eager is not None else not on_gpu,
     )
     log_dir = files.root / "vllm"
+    eos = _eos_id(start)
+    if on_ray:
+        from driver.ray_plan import PlacementRole
+        from driver.ray_servers import remote_servers, start_vllm_replicas
+
+        actors = start_vllm_replicas(
+            PlacementRole.ROLLOUT, sc, log_dir, replicas=cfg.rollout.replicas
+        )
+        remote = remote_servers(actors, sc)
+        engines = [VLLMEngine(s, version=version, eos_token_id=eos) for s in remote]  # type: ignore[arg-type]
+        return _ranked(ReplicaSet(engines, replica_ids(cfg)), v.tensor_parallel_size)
     servers = [VLLMServer(sc, log_dir=log_dir) for _ in range(cfg.rollout.replicas)]
     with ThreadPoolExecutor(len(servers)) as pool:
         futs = [pool.submit(s.start) for s in servers]
@@ -218,9 +227,15 @@ def vllm_replicas(cfg: RunConfig, files: RunFiles, start: Path, version: int) ->
         for s in servers:
             s.stop()
         raise next(e for e in errors if e is not None)
-    eos = _eos_id(start)
     engines = [VLLMEngine(s, version=version, eos_token_id=eos) for s in servers]
-    return ReplicaSet(engines, replica_ids(cfg))
+    return _ranked(ReplicaSet(engines, replica_ids(cfg)), v.tensor_parallel_size)
+
+
+def _ranked(rs: ReplicaSet, tp: int) -> ReplicaSet:
+    """Each replica's first rank in a weight broadcast: 1 + i * tp (learner rank 0 sends)."""
+    for i, e in enumerate(rs.engines):
+        e.rank_offset = 1 + i * tp  # type: ignore[attr-defined]
+    return rs
 
 
 def _eos_id(model_dir: Path) -> int | None:

@@ -226,6 +226,7 @@ class LearnerLoop:
             return version  # rank 0 publishes theta_{k+1} for everyone (identical on all ranks)
         uri = self.writer.write(version, weights)
         self.bus.publish(PolicyPublished(run_id=self.spec.run_id, version=version, uri=uri))
+        self.writer.send(version, weights)  # broadcast: the replicas join it as they load
         waiting = set(self.spec.replicas)
         deadline = time.time() + self.spec.ack_timeout_s
         while waiting:

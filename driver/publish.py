@@ -2,7 +2,8 @@
 
 shm (default): theta_{k+1} goes into one of `publish.keep_last` shared-memory slots
 (rollout/weight_wire.py), rewritten in place in turn, and every replica loads it in place; the disk
-is off the critical path. disk: a safetensors checkpoint per version (the
+is off the critical path. broadcast: learner rank 0 sends it over gloo (CPU) / NCCL (CUDA) to every
+vLLM worker (rollout/weight_broadcast.py), no copy in between. disk: a safetensors checkpoint per version (the
 old path, kept for comparison). Either way a disk copy is also written every `publish.disk_every`
 versions (default: every `checkpoint_every`, so a resume finds the weights of its checkpoint) and
 for the last version (evaluation and model registration read it); a recorded run (`log_batches`,
@@ -19,6 +20,7 @@ from pathlib import Path
 import torch
 
 from rollout.checkpoint import save_checkpoint
+from rollout.weight_broadcast import WeightBroadcaster
 from rollout.weight_wire import SHM_ROOT, ShmWeights, segment_path, write_shm
 from tsrl.config import RunConfig, WeightTransport
 from tsrl.rundir import RunFiles
@@ -44,6 +46,7 @@ class PolicyWriter:
         # version; stale schedules do not ack and load up to one version behind: one more
         self.slots = self.keep if acked else max(self.keep, 3)
         self._used: set[int] = set()
+        self.broadcaster: WeightBroadcaster | None = None  # made at rank 0's first publish
         self.every_version_on_disk = every_version_on_disk  # a recorded run: replay reads them
 
     @property
@@ -65,12 +68,23 @@ class PolicyWriter:
         if self.transport is WeightTransport.DISK:
             assert disk is not None
             return str(disk)
+        if self.transport is WeightTransport.BROADCAST:
+            if self.broadcaster is None:
+                v = self.cfg.rollout
+                self.broadcaster = WeightBroadcaster(v.replicas * v.vllm.tensor_parallel_size)
+            return self.broadcaster.announce(version, weights)
         slot = version % self.slots
         seg = write_shm(
             segment_path(self.run_tag, slot), weights, version=version, owners=self.owners
         )
         self._used.add(slot)
         return seg.uri
+
+    def send(self, version: int, weights: Mapping[str, torch.Tensor]) -> None:
+        """After `PolicyPublished`: the broadcast itself (every replica worker joins it from its
+        load); nothing to do for the other transports."""
+        if self.broadcaster is not None:
+            self.broadcaster.send(version, weights)
 
     def prune(self, acked: int) -> None:
         """After every engine acked `acked`: drop disk versions older than the last `keep_last`

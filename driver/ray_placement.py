@@ -164,11 +164,28 @@ class RayEngine:
 
 
 class _ScorerActor:
-    def __init__(self, model_dir: str) -> None:
+    def __init__(self, model_dir: str, max_open: int) -> None:
         from driver.ray_pg import assigned_device
+        from teacher.incremental import IncrementalHFScorer
         from teacher.scorer import HFScorer
 
-        self.scorer = HFScorer.from_dir(model_dir, device=assigned_device())
+        self.scorer: Any
+        if max_open > 0:  # incremental: each open trajectory's teacher K/V lives in the actor
+            self.scorer = IncrementalHFScorer.from_dir(
+                model_dir, device=assigned_device(), max_open=max_open
+            )
+        else:
+            self.scorer = HFScorer.from_dir(model_dir, device=assigned_device())
+
+    def release(self, key: Any) -> None:
+        release = getattr(self.scorer, "release", None)
+        if callable(release):
+            release(key)
+
+    def stats(self) -> dict[str, Any] | None:
+        from teacher.incremental import scorer_stats
+
+        return scorer_stats(self.scorer)
 
     def where(self) -> dict[str, Any]:
         from driver.ray_pg import actor_where
@@ -182,7 +199,8 @@ class _ScorerActor:
 class RayScorer:
     """The frozen teacher in a Ray actor (the teacher client batches and retries in front)."""
 
-    def __init__(self, model_dir: str, *, replica: int = 0) -> None:
+    def __init__(self, model_dir: str, *, replica: int = 0, max_open: int = 0) -> None:
+        """`max_open` > 0: incremental scoring with that many kept trajectories, else full."""
         import ray
 
         from driver.ray_pg import actor_options
@@ -191,8 +209,14 @@ class RayScorer:
         self._ray = ray
         opts = actor_options(PlacementRole.TEACHER, replica, cpus=0)
         cls: Any = ray.remote(_ScorerActor).options(**opts)
-        self.actor: Any = cls.remote(model_dir)
+        self.actor: Any = cls.remote(model_dir, max_open)
         self.where_ref: Any = self.actor.where.remote()
+
+    def release(self, key: Any) -> None:
+        self._ray.get(self.actor.release.remote(key))
+
+    def stats(self) -> dict[str, Any] | None:
+        return self._ray.get(self.actor.stats.remote())  # type: ignore[no-any-return]
 
     def score_batch(self, requests: Any, timeout_s: float = 60) -> Any:
         return self._ray.get(

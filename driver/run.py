@@ -15,6 +15,7 @@ aborted first, so nothing partial reaches the learner. The stale comparison sche
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 import time
@@ -182,6 +183,15 @@ class RunDriver:
                         f"rollout on {len(rs.engines)} vLLM replicas; "
                         f"trajectories per replica: {rs.routed}"
                     )
+                if self.side.teacher is not None:
+                    from teacher.incremental import scorer_stats
+
+                    try:  # a report only: a dead teacher actor must not mask the run's error
+                        stats = scorer_stats(self.side.teacher.scorer)
+                    except Exception as e:  # noqa: BLE001
+                        stats = {"error": repr(e)}
+                    if stats is not None:
+                        self.files.write_log(f"teacher: {json.dumps(stats)}")
                 self.side.close()
             self.learners.stop(finished=finished)
             remove_run_segments(self.run_id)  # what a killed learner left in shared memory

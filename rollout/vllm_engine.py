@@ -21,6 +21,7 @@ import httpx
 from rollout.gate import VersionGate
 from rollout.types import Generation, LoadAck, SamplingParams
 from rollout.vllm_server import VLLMServer
+from rollout.weight_broadcast import is_broadcast_uri
 from rollout.weight_wire import is_shm_uri
 
 if TYPE_CHECKING:
@@ -66,6 +67,7 @@ class VLLMEngine:
         self.timeout_s = request_timeout_s
         self.eos_token_id = eos_token_id
         self._gate = VersionGate(version)
+        self.rank_offset = 1  # its first worker's rank in a weight broadcast (learner = 0)
         self._client = httpx.Client()
 
     @property
@@ -110,6 +112,8 @@ class VLLMEngine:
         t0 = time.monotonic()
         if is_shm_uri(source):
             return self._load_shm(version, str(source), t0)
+        if is_broadcast_uri(source):
+            return self._load_broadcast(version, str(source), t0)
         if not isinstance(source, str | Path):
             from rollout.checkpoint import save_checkpoint
 
@@ -150,6 +154,26 @@ class VLLMEngine:
                 raise VLLMRequestError(f"tsrl_load_shm of v{version} answered {out!r}")
             post_json(self._client, f"{self.server.url}/reset_prefix_cache", {}, 30)
         return LoadAck(version, "shm", time.monotonic() - t0, {"workers": str(len(results))})
+
+    def _load_broadcast(self, version: int, uri: str, t0: float) -> LoadAck:
+        """Join learner rank 0's broadcast of `version` (ranks from `rank_offset`); blocks until
+        every bucket arrived and is loaded in place."""
+        with self._gate.loading(version):
+            out = post_json(
+                self._client,
+                f"{self.server.url}/collective_rpc",
+                {
+                    "method": "tsrl_load_broadcast",
+                    "kwargs": {"uri": uri, "version": version, "rank_offset": self.rank_offset},
+                },
+                self.timeout_s,
+            )
+            results = out["results"] if isinstance(out, dict) else []
+            bad = [r for r in results if not isinstance(r, dict) or r.get("version") != version]
+            if not results or bad:
+                raise VLLMRequestError(f"tsrl_load_broadcast of v{version} answered {out!r}")
+            post_json(self._client, f"{self.server.url}/reset_prefix_cache", {}, 30)
+        return LoadAck(version, "broadcast", time.monotonic() - t0, {"workers": str(len(results))})
 
     def close(self) -> None:
         self._client.close()

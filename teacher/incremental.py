@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -128,3 +128,14 @@ def _extends(entry: _Entry, r: ScoreRequest) -> bool:
     """The request continues the cached context: same leading ids, scored span after them."""
     c = len(entry.ids)
     return c <= r.start and r.token_ids[:c] == entry.ids
+
+
+def scorer_stats(scorer: Any) -> dict[str, Any] | None:
+    """What a scorer reports about its work (`scoring`, and the incremental counters), for the
+    run log; None for a scorer that keeps none. A `RayScorer` asks its actor."""
+    remote = getattr(scorer, "stats", None)
+    if callable(remote):
+        return remote()  # type: ignore[no-any-return]
+    if isinstance(scorer, IncrementalHFScorer):
+        return {"scoring": "incremental", "open": len(scorer.open_keys()), **asdict(scorer.stats)}
+    return None

@@ -228,6 +228,14 @@ class RunConfig(_Section):
                 "rollout.replicas > 1 needs rollout.engine=vllm (the HF engine is one "
                 "in-process replica): set rollout.engine=vllm or rollout.replicas=1"
             )
+        if self.publish.transport is WeightTransport.BROADCAST and (
+            not vllm or self.schedule not in LOSSLESS_SCHEDULES
+        ):
+            raise ValueError(
+                "publish.transport=broadcast needs rollout.engine=vllm and a lossless schedule "
+                "(sync, group, stream): every replica joins the broadcast as it loads; use "
+                "publish.transport=shm otherwise"
+            )
         if vllm and self.model.path is None and self.tiny_width < 128:
             raise ValueError(
                 f"model.tiny_hidden={self.tiny_width} with rollout.engine=vllm: vLLM needs a "

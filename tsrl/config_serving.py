@@ -46,10 +46,13 @@ class WeightTransport(StrEnum):
     AUTO = "auto"  # shm (same host, in memory)
     SHM = "shm"  # tensors in one /dev/shm segment, loaded in place by each engine
     DISK = "disk"  # a safetensors checkpoint per version (the slow path, kept for comparison)
+    BROADCAST = "broadcast"  # learner rank 0 -> every vLLM worker: NCCL on CUDA, gloo on CPU
 
 
 class PublishConfig(_Section):
-    transport: WeightTransport = Field(WeightTransport.AUTO, description="auto | shm | disk")
+    transport: WeightTransport = Field(
+        WeightTransport.AUTO, description="auto | shm | broadcast | disk"
+    )
     keep_last: int = Field(2, ge=1, description="weight versions kept (shm segments, dirs)")
     disk_every: int = Field(
         0, ge=0, description="a disk copy every N versions; 0: every checkpoint_every (+ last)"

@@ -34,7 +34,38 @@ def test_roles_as_ray_actors_on_a_local_cluster_train_like_sync(
         assert ray.is_initialized()
     finally:
         ray.shutdown()
-    assert "as Ray actors" in (tmp_path / "log.txt").read_text()
+    log = (tmp_path / "log.txt").read_text()
+    assert "as Ray actors" in log
+    line = next(x for x in log.splitlines() if "teacher: {" in x)
+    teacher = json.loads(line.split("teacher: ", 1)[1])
+    # the Ray teacher actor keeps each trajectory's K/V: turns after the first are cache hits
+    assert teacher["scoring"] == "incremental" and teacher["hits"] > 0, teacher
+    assert teacher["open"] == 0, teacher  # every closed trajectory was released
     metrics = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [m["update"] for m in metrics] == [0, 1]
+    assert max(replay_gap(tmp_path, cfg, tmp_path / "model")) <= 1e-6
+
+
+def test_vllm_rollout_replica_as_a_ray_actor_trains_like_sync(tmp_path: Path) -> None:
+    """rollout.engine=vllm with --ray: the replica is a Ray actor whose server reports its URL;
+    weights reach it through shared memory (same host) and the run equals a sync replay."""
+    import ray
+
+    cfg = load_run_config(
+        "grpo-toy",
+        {
+            "updates": 2,
+            "rollout.groups_per_update": 2,
+            "rollout.group_size": 2,
+            "rollout.engine": "vllm",
+        },
+    )
+    try:
+        driver = RunDriver(cfg, tmp_path, bus_kind="redis", ray_address="local", log_batches=True)
+        assert driver.run() == 0
+    finally:
+        ray.shutdown()
+    metrics = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [(m["acked_by"], m["load_method"]) for m in metrics] == [(["engine-0"], "shm")] * 2
+    assert "rollout on 1 vLLM replicas" in (tmp_path / "log.txt").read_text()
     assert max(replay_gap(tmp_path, cfg, tmp_path / "model")) <= 1e-6

@@ -21,12 +21,15 @@ from tsrl.config import load_run_config
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.parametrize(("recipe", "lora"), [("grpo-toy", 4), ("opd-toy", 0)])
+@pytest.mark.parametrize(
+    ("recipe", "lora", "transport"), [("grpo-toy", 4, "shm"), ("opd-toy", 0, "broadcast")]
+)
 def test_vllm_replicas_train_like_sync_and_every_replica_acks_every_version(
-    recipe: str, lora: int, tmp_path: Path
+    recipe: str, lora: int, transport: str, tmp_path: Path
 ) -> None:
     """GRPO runs with LoRA: the replicas serve the learner's merged weights (the mismatch
-    metric would show adapters that did not reach them)."""
+    metric would show adapters that did not reach them). OPD gets its weights by a gloo
+    broadcast from the learner to both replicas (the NCCL path's code on CPU)."""
     cfg = load_run_config(
         recipe,
         {
@@ -36,6 +39,7 @@ def test_vllm_replicas_train_like_sync_and_every_replica_acks_every_version(
             "rollout.engine": "vllm",
             "rollout.replicas": 2,
             "model.lora_rank": lora,
+            "publish.transport": transport,
         },
     )
     driver = RunDriver(cfg, tmp_path, log_batches=True)
@@ -44,7 +48,7 @@ def test_vllm_replicas_train_like_sync_and_every_replica_acks_every_version(
     assert [r["version"] for r in rows] == [1, 2]
     for r in rows:
         assert r["acked_by"] == ["engine-0", "engine-1"], r
-        assert r["load_method"] == "shm", r  # in place from shared memory, not a restart
+        assert r["load_method"] == transport, r  # in place (memory / broadcast), no restart
         assert r["logprob_mismatch_max"] < 1e-3, r  # vLLM's sampler vs the learner at theta_k
     gaps = replay_gap(tmp_path, cfg, tmp_path / "model")
     assert len(gaps) == cfg.updates and max(gaps) <= 1e-6, gaps

@@ -1,5 +1,6 @@
-"""vLLM on CUDA for real: generate, prompt log-probs, an in-memory publish and its ack (skipped
-without a GPU or without a CUDA vLLM in `.venv-vllm`; `deploy/gpu-smoke.sh` runs it)."""
+"""vLLM on CUDA for real: generate, prompt log-probs, a shared-memory publish and an NCCL broadcast
+publish with their acks (skipped without a GPU or without a CUDA vLLM in `.venv-vllm`;
+`deploy/gpu-smoke.sh` runs it)."""
 
 from __future__ import annotations
 
@@ -49,5 +50,25 @@ def test_vllm_cuda_generates_scores_and_loads_weights_from_shared_memory(tmp_pat
         scores = scorer.score_batch([ScoreRequest(prompt + gen.token_ids, len(prompt))])[0]
         assert float((torch.tensor(scores) - want).abs().max()) < 1e-2
         scorer.close()
+        # v2 by NCCL broadcast from CUDA tensors (the learner's side), joined by the replica
+        import threading
+
+        from rollout.weight_broadcast import WeightBroadcaster
+
+        v2 = {k: (v - 0.03).cuda() for k, v in new.items()}
+        sender = WeightBroadcaster(receivers=1, timeout_s=120)
+        uri = sender.announce(2, v2)
+        t = threading.Thread(target=sender.send, args=(2, v2))
+        t.start()
+        ack = engine.load_weights(2, uri)
+        t.join(120)
+        assert ack.method == "broadcast" and ack.version == 2, ack
+        gen = engine.generate(prompt, SamplingParams(8, 1.0), seed=0, version=2)
+        model.load_state_dict({k: v.cpu() for k, v in v2.items()})
+        ids = torch.tensor([prompt + gen.token_ids])
+        with torch.no_grad():
+            lp = model(ids).logits.float().log_softmax(-1)[0, len(prompt) - 1 : -1]
+        want = lp.gather(-1, torch.tensor(gen.token_ids)[:, None])[:, 0]
+        assert float((torch.tensor(gen.logprobs) - want).abs().max()) < 1e-2
     finally:
         engine.close()

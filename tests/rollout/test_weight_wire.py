@@ -141,3 +141,40 @@ def test_segments_of_dead_runs_are_swept_and_live_ones_kept(tmp_path: Path) -> N
     live = write_shm(tmp_path / "tsrl-y-v1.bin", {"a": torch.ones(2)}, version=1)
     assert sweep_orphans(tmp_path) == 1
     assert not orphan.path.exists() and live.path.exists()
+
+
+def test_broadcast_reaches_every_receiver_bit_for_bit_in_buckets() -> None:
+    import threading
+
+    from rollout.weight_broadcast import WeightBroadcaster, receive
+
+    sd = {
+        "big": torch.randn(300, 1000),  # 1.2 MB: several buckets at the small size below
+        "b": torch.randn(7).to(torch.bfloat16),
+        "empty": torch.empty(0, 3),
+        "t": torch.randn(5, 5)[:, 1:4],  # non-contiguous
+    }
+    sender = WeightBroadcaster(receivers=2, timeout_s=60)
+    import rollout.weight_broadcast as wb
+
+    old, wb.BUCKET_BYTES = wb.BUCKET_BYTES, 500_000
+    try:
+        uri = sender.announce(3, sd)
+    finally:
+        wb.BUCKET_BYTES = old
+    got: dict[int, dict[str, torch.Tensor]] = {}
+
+    def recv(rank: int) -> None:
+        got[rank] = {k: v.clone() for k, v in receive(uri, rank, timeout_s=60)}
+
+    threads = [threading.Thread(target=recv, args=(r,)) for r in (1, 2)]
+    for t in threads:
+        t.start()
+    sender.send(3, sd)
+    for t in threads:
+        t.join(60)
+    assert set(got) == {1, 2}
+    for back in got.values():
+        assert list(back) == list(sd)
+        for k, v in sd.items():
+            assert back[k].dtype == v.dtype and torch.equal(back[k], v), k
