@@ -62,7 +62,10 @@ def update_record(
     tally: UpdateTally,
     stats: BarrierStats | None,
     version: int,
+    peak_flops: float | None = None,
 ) -> dict[str, Any]:
+    """`peak_flops`: what MFU divides by (`cfg.mfu_peak_flops` wins when set)."""
+    peak = cfg.mfu_peak_flops or peak_flops or 1e11
     step_s = times.end - times.start
     L = stats.busy_s if stats is not None else 0.0
     P = (stats.end - stats.start) if stats is not None else 0.0
@@ -77,8 +80,9 @@ def update_record(
         "L": L,
         "P": P,
         "idle_share": max(0.0, 1.0 - (L + P) / step_s) if step_s > 0 else 0.0,
-        "mfu": flops / (max(L + P, 1e-9) * cfg.mfu_peak_flops),
-        "mfu_wall": flops / (step_s * cfg.mfu_peak_flops),
+        "mfu": flops / (max(L + P, 1e-9) * peak),
+        "mfu_wall": flops / (step_s * peak),
+        "peak_flops": peak,
         "reward_mean": tally.reward_mean,
         "tokens": tally.tokens,
         "learner_tokens": tokens,

@@ -144,6 +144,7 @@ class RunDriver:
         self.timeline = Timeline(self.bus.subscribe("spans", "driver", "driver-0"), self.files)
         self.timeline.check_alive = self.learners.check_alive
         self.side: RolloutSide | None = None
+        self.peak_flops = self._peak_flops()
         finished = False
         try:
             self.side = rollout_side(
@@ -202,6 +203,18 @@ class RunDriver:
             if affinity is not None:
                 os.sched_setaffinity(0, affinity)
 
+    def _peak_flops(self) -> float:
+        """The learner's peak for MFU: set in the config, else measured once per machine (one
+        thread, as the learner runs; cached)."""
+        if self.cfg.mfu_peak_flops is not None:
+            return self.cfg.mfu_peak_flops
+        from learner.device import resolve_device
+        from tsrl.peak import measured_peak_flops
+
+        peak = measured_peak_flops(resolve_device(self.cfg.learner.device), threads=1)
+        self.files.write_log(f"mfu: peak {peak:.3g} FLOP/s measured on this machine (fp32 matmul)")
+        return peak
+
     def _update(self, k: int, pool: list[Any]) -> None:
         cfg, side = self.cfg, self.side
         assert side is not None
@@ -249,7 +262,7 @@ class RunDriver:
     def _write_metrics(
         self, k: int, times: UpdateTimes, tally: UpdateTally, stats: Any, version: int
     ) -> None:
-        rec = update_record(self.cfg, k, times, tally, stats, version)
+        rec = update_record(self.cfg, k, times, tally, stats, version, self.peak_flops)
         if self.side is not None:
             rec.update(self.side.acks.get(version, {}))
         self.files.write_update(rec)

@@ -203,7 +203,9 @@ class RunConfig(_Section):
     seed: int = 0
     checkpoint_every: int = Field(0, ge=0, description="0 disables checkpoints")
     output_dir: str = "runs/default"
-    mfu_peak_flops: float = Field(1e11, gt=0, description="peak FLOP/s used for MFU")
+    mfu_peak_flops: float | None = Field(
+        None, gt=0, description="peak FLOP/s used for MFU; None: measured here (tsrl/peak.py)"
+    )
     model: ModelConfig = Field(default_factory=ModelConfig)
     optim: OptimConfig = Field(default_factory=OptimConfig)
     learner: LearnerConfig = Field(default_factory=LearnerConfig)

@@ -28,8 +28,18 @@ def _fields(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, typ
             yield f"{prefix}{name}", ann, default  # type: ignore[misc]
 
 
-FLOATS = [(k, d) for k, a, d in _fields(RunConfig) if a is float]
-INTS = [(k, d) for k, a, d in _fields(RunConfig) if a is int]
+# optional numbers (None: derived) are walked too, with a normal value in place of None
+_NORMAL = {"mfu_peak_flops": 1e11, "model.tiny_hidden": 128, "rollout.vllm.max_model_len": 2048}
+FLOATS = [
+    (k, d if d is not None else _NORMAL.get(k, 1.0))
+    for k, a, d in _fields(RunConfig)
+    if a is float or a == (float | None)
+]
+INTS = [
+    (k, d if d is not None else _NORMAL.get(k, 1))
+    for k, a, d in _fields(RunConfig)
+    if a is int or a == (int | None)
+]
 
 
 # fields whose other values only make sense beside another setting (rules across sections)
