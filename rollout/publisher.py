@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from rollout.checkpoint import save_checkpoint, version_dir
 from rollout.engine import Engine
+from rollout.replicas import load_everywhere
 from rollout.types import LoadAck
 
 if TYPE_CHECKING:
@@ -56,19 +56,8 @@ class WeightPublisher:
 
     def publish(self, version: int, state_dict: Mapping[str, torch.Tensor]) -> list[LoadAck]:
         path = save_checkpoint(version_dir(self.root, version), state_dict, self.base_model_dir)
-        errors: list[str] = []
-        acks: list[LoadAck] = []
-        with ThreadPoolExecutor(max_workers=max(1, len(self.engines))) as pool:
-            futs = [pool.submit(e.load_weights, version, path) for e in self.engines]
-            for i, f in enumerate(futs):
-                try:
-                    ack = f.result()
-                except Exception as e:  # noqa: BLE001 - reported together below
-                    errors.append(f"engine {i}: {type(e).__name__}: {e}")
-                    continue
-                if ack.version != version:
-                    errors.append(f"engine {i} acknowledged version {ack.version}, not {version}")
-                acks.append(ack)
+        ids = [f"engine {i}" for i in range(len(self.engines))]
+        acks, errors = load_everywhere(self.engines, ids, version, path)
         if errors:
             raise PublishError(f"publish of version {version} failed: " + "; ".join(errors))
         self.acks[version] = acks

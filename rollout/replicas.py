@@ -86,19 +86,7 @@ class ReplicaSet:
     def load_weights(
         self, version: int, source: str | Path | Mapping[str, torch.Tensor]
     ) -> LoadAck:
-        errors: list[str] = []
-        acks: list[LoadAck] = []
-        with ThreadPoolExecutor(max_workers=len(self.engines)) as pool:
-            futs = [pool.submit(e.load_weights, version, source) for e in self.engines]
-            for rid, f in zip(self.ids, futs, strict=True):
-                try:
-                    ack = f.result()
-                except Exception as e:  # noqa: BLE001 - reported together below
-                    errors.append(f"{rid}: {type(e).__name__}: {e}")
-                    continue
-                if ack.version != version:
-                    errors.append(f"{rid} acknowledged v{ack.version}, not v{version}")
-                acks.append(ack)
+        acks, errors = load_everywhere(self.engines, self.ids, version, source)
         if errors:
             raise ReplicaLoadError(f"loading v{version} failed on " + "; ".join(errors))
         self.last_acks = acks
@@ -113,3 +101,27 @@ class ReplicaSet:
     def close(self) -> None:
         for e in self.engines:
             e.close()
+
+
+def load_everywhere(
+    engines: Sequence[Engine],
+    ids: Sequence[str],
+    version: int,
+    source: str | Path | Mapping[str, torch.Tensor],
+) -> tuple[list[LoadAck], list[str]]:
+    """Every engine loads `version` at once (a broadcast needs all of them joined); their acks,
+    and one error line per engine that failed or acked another version."""
+    errors: list[str] = []
+    acks: list[LoadAck] = []
+    with ThreadPoolExecutor(max_workers=max(1, len(engines))) as pool:
+        futs = [pool.submit(e.load_weights, version, source) for e in engines]
+        for rid, f in zip(ids, futs, strict=True):
+            try:
+                ack = f.result()
+            except Exception as e:  # noqa: BLE001 - reported together by the caller
+                errors.append(f"{rid}: {type(e).__name__}: {e}")
+                continue
+            if ack.version != version:
+                errors.append(f"{rid} acknowledged v{ack.version}, not v{version}")
+            acks.append(ack)
+    return acks, errors

@@ -141,39 +141,28 @@ class VLLMEngine:
 
     def _load_shm(self, version: int, uri: str, t0: float) -> LoadAck:
         """In place from shared memory, through the worker extension; no restart, no disk."""
-        with self._gate.loading(version):
-            out = post_json(
-                self._client,
-                f"{self.server.url}/collective_rpc",
-                {"method": "tsrl_load_shm", "kwargs": {"uri": uri, "version": version}},
-                self.timeout_s,
-            )
-            results = out["results"] if isinstance(out, dict) else []
-            bad = [r for r in results if not isinstance(r, dict) or r.get("version") != version]
-            if not results or bad:
-                raise VLLMRequestError(f"tsrl_load_shm of v{version} answered {out!r}")
-            post_json(self._client, f"{self.server.url}/reset_prefix_cache", {}, 30)
-        return LoadAck(version, "shm", time.monotonic() - t0, {"workers": str(len(results))})
+        return self._load_in_place("shm", "tsrl_load_shm", {"uri": uri, "version": version}, t0)
 
     def _load_broadcast(self, version: int, uri: str, t0: float) -> LoadAck:
         """Join learner rank 0's broadcast of `version` (ranks from `rank_offset`); blocks until
         every bucket arrived and is loaded in place."""
+        kwargs = {"uri": uri, "version": version, "rank_offset": self.rank_offset}
+        return self._load_in_place("broadcast", "tsrl_load_broadcast", kwargs, t0)
+
+    def _load_in_place(self, how: str, method: str, kwargs: dict[str, Any], t0: float) -> LoadAck:
+        """One worker-extension load on every worker, each answering the version it loaded; then
+        the prefix cache goes (its K/V came from the old weights)."""
+        version = int(kwargs["version"])
         with self._gate.loading(version):
-            out = post_json(
-                self._client,
-                f"{self.server.url}/collective_rpc",
-                {
-                    "method": "tsrl_load_broadcast",
-                    "kwargs": {"uri": uri, "version": version, "rank_offset": self.rank_offset},
-                },
-                self.timeout_s,
-            )
+            body = {"method": method, "kwargs": kwargs}
+            url = f"{self.server.url}/collective_rpc"
+            out = post_json(self._client, url, body, self.timeout_s)
             results = out["results"] if isinstance(out, dict) else []
             bad = [r for r in results if not isinstance(r, dict) or r.get("version") != version]
             if not results or bad:
-                raise VLLMRequestError(f"tsrl_load_broadcast of v{version} answered {out!r}")
+                raise VLLMRequestError(f"{method} of v{version} answered {out!r}")
             post_json(self._client, f"{self.server.url}/reset_prefix_cache", {}, 30)
-        return LoadAck(version, "broadcast", time.monotonic() - t0, {"workers": str(len(results))})
+        return LoadAck(version, how, time.monotonic() - t0, {"workers": str(len(results))})
 
     def close(self) -> None:
         self._client.close()
