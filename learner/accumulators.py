@@ -41,12 +41,6 @@ class FlatSpec:
             i += n
         return out
 
-    def flatten(self, tensors: Sequence[torch.Tensor | None], dtype: torch.dtype) -> torch.Tensor:
-        """A new flat vector (zeros where a tensor is None); for tests and one-off conversions."""
-        out = torch.zeros(self.total, dtype=dtype, device=self.device)
-        add_into(self.unflatten(out), tensors)
-        return out
-
 
 def add_into(
     dst: Sequence[torch.Tensor], src: Sequence[torch.Tensor | None], alpha: float = 1.0
@@ -268,8 +262,8 @@ class GradSink:
 
     Same device: the gradients themselves (no copy). CUDA -> host: copied on a side stream into
     one pinned staging buffer (reused for every source), so the copy does not serialise with the
-    compute stream's next kernels and runs at pinned-memory bandwidth. The staging views are
-    valid until the next `to_acc`: copy what must outlive that.
+    compute stream's next kernels and runs at pinned-memory bandwidth. A staged view is valid
+    until the same parameter is staged again: `wait`, then add it where it must outlive that.
     """
 
     def __init__(self, spec: FlatSpec, acc_device: torch.device, dtype: torch.dtype) -> None:
@@ -279,34 +273,9 @@ class GradSink:
         self._staging: list[torch.Tensor] | None = None
         self._stream: torch.cuda.Stream | None = None
 
-    def to_acc(self, grads: Sequence[torch.Tensor | None]) -> list[torch.Tensor | None]:
-        src = next((g for g in grads if g is not None), None)
-        if src is None or src.device == self.acc_device:
-            return list(grads)
-        if src.device.type != "cuda" or self.acc_device.type != "cpu":
-            return [g.to(self.acc_device) if g is not None else None for g in grads]
-        if self._staging is None:
-            pinned = torch.empty(self.spec.total, dtype=self.dtype, pin_memory=True)
-            self._staging = self.spec.unflatten(pinned)
-            self._stream = torch.cuda.Stream(device=src.device)
-        stream = self._stream
-        assert stream is not None
-        stream.wait_stream(torch.cuda.current_stream(src.device))
-        out: list[torch.Tensor | None] = []
-        with torch.cuda.stream(stream):
-            for view, g in zip(self._staging, grads, strict=True):
-                if g is None:
-                    out.append(None)
-                    continue
-                view.copy_(g, non_blocking=True)
-                g.record_stream(stream)  # the allocator must not reuse g before the copy ran
-                out.append(view)
-        stream.synchronize()
-        return out
-
     def stage(self, i: int, g: torch.Tensor) -> torch.Tensor:
         """Start copying parameter i's gradient into its pinned staging view (see `wait`)."""
-        if self._staging is None:
+        if self._staging is None:  # one pinned buffer for every source, made at the first copy
             pinned = torch.empty(self.spec.total, dtype=self.dtype, pin_memory=True)
             self._staging = self.spec.unflatten(pinned)
             self._stream = torch.cuda.Stream(device=g.device)

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from learner.accumulators import BufferPool, FlatSpec, GradSink, add_into
+from learner.accumulators import BufferPool, FlatSpec, add_into
 from learner.logprobs import scored_logprobs
 from learner.replay import LoggedBatch, replay_sources
 from learner.trainer import Learner
@@ -93,8 +93,6 @@ def test_accumulators_add_in_place_across_dtypes_and_recycle_buffers() -> None:
     b = pool.acquire(spec.total, torch.float64)
     assert b.data_ptr() == a.data_ptr() and not b.any()  # recycled and zeroed
     assert pool.allocations == 1
-    same = GradSink(spec, torch.device("cpu"), torch.float32).to_acc(g)
-    assert same[0] is g[0]  # same device: no copy
 
 
 def _grads(learner: Learner, batch: LoggedBatch, **_: object) -> torch.Tensor:
