@@ -74,9 +74,8 @@ def bench_model(name: str, *, rounds: int, replicas: tuple[int, ...]) -> list[di
     with ThreadPoolExecutor(len(servers)) as pool:
         for f in [pool.submit(s.start) for s in servers]:
             f.result()
-    engines = [VLLMEngine(s) for s in servers]
-    for i, e in enumerate(engines):
-        e.rank_offset = 1 + i  # tensor parallel 1: replica i is broadcast rank 1 + i
+    # tensor parallel 1: replica i is broadcast rank 1 + i
+    engines = [VLLMEngine(s, rank_offset=1 + i) for i, s in enumerate(servers)]
     version, out = 0, []
     try:
         for n in replicas:

@@ -216,26 +216,22 @@ def vllm_replicas(
         actors = start_vllm_replicas(
             PlacementRole.ROLLOUT, sc, log_dir, replicas=cfg.rollout.replicas
         )
-        remote = remote_servers(actors, sc)
-        engines = [VLLMEngine(s, version=version, eos_token_id=eos) for s in remote]  # type: ignore[arg-type]
-        return _ranked(ReplicaSet(engines, replica_ids(cfg)), v.tensor_parallel_size)
-    servers = [VLLMServer(sc, log_dir=log_dir) for _ in range(cfg.rollout.replicas)]
-    with ThreadPoolExecutor(len(servers)) as pool:
-        futs = [pool.submit(s.start) for s in servers]
-        errors = [f.exception() for f in futs]
-    if any(errors):
-        for s in servers:
-            s.stop()
-        raise next(e for e in errors if e is not None)
-    engines = [VLLMEngine(s, version=version, eos_token_id=eos) for s in servers]
-    return _ranked(ReplicaSet(engines, replica_ids(cfg)), v.tensor_parallel_size)
-
-
-def _ranked(rs: ReplicaSet, tp: int) -> ReplicaSet:
-    """Each replica's first rank in a weight broadcast: 1 + i * tp (learner rank 0 sends)."""
-    for i, e in enumerate(rs.engines):
-        e.rank_offset = 1 + i * tp  # type: ignore[attr-defined]
-    return rs
+        servers: list[Any] = remote_servers(actors, sc)
+    else:
+        servers = [VLLMServer(sc, log_dir=log_dir) for _ in range(cfg.rollout.replicas)]
+        with ThreadPoolExecutor(len(servers)) as pool:
+            futs = [pool.submit(s.start) for s in servers]
+            errors = [f.exception() for f in futs]
+        if any(errors):
+            for s in servers:
+                s.stop()
+            raise next(e for e in errors if e is not None)
+    tp = v.tensor_parallel_size  # replica i's workers are broadcast ranks 1 + i * tp (learner: 0)
+    engines = [
+        VLLMEngine(s, version=version, eos_token_id=eos, rank_offset=1 + i * tp)
+        for i, s in enumerate(servers)
+    ]
+    return ReplicaSet(engines, replica_ids(cfg))
 
 
 def _eos_id(model_dir: Path) -> int | None:

@@ -62,12 +62,13 @@ class VLLMEngine:
         version: int = 0,
         request_timeout_s: float = 120.0,
         eos_token_id: int | None = None,
+        rank_offset: int = 1,
     ) -> None:
         self.server = server
         self.timeout_s = request_timeout_s
         self.eos_token_id = eos_token_id
         self._gate = VersionGate(version)
-        self.rank_offset = 1  # its first worker's rank in a weight broadcast (learner = 0)
+        self.rank_offset = rank_offset  # its first worker's rank in a weight broadcast (learner 0)
         self._client = httpx.Client()
 
     @property

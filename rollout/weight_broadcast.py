@@ -137,8 +137,8 @@ class WeightBroadcaster:
 
 
 def receive(uri: str, rank: int, timeout_s: float = 300) -> Iterator[tuple[str, torch.Tensor]]:
-    """A receiver (for tests and the HF engine's view of the format; the vLLM extension has its
-    own copy): (name, tensor) per published tensor, bucket by bucket, on the CPU."""
+    """A receiver on the CPU, for tests (the vLLM extension has its own copy: it cannot import
+    this package): (name, tensor) per published tensor, bucket by bucket."""
     ref = BroadcastRef.parse(uri)
     timeout = timedelta(seconds=timeout_s)
     store = dist.TCPStore(ref.host, ref.port, is_master=False, timeout=timeout)
