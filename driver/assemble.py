@@ -77,6 +77,28 @@ class RolloutSide:
     on_ray: bool = False
     acks: dict[int, dict[str, Any]] = field(default_factory=dict)  # version -> who loaded it, how
 
+    def report(self) -> list[str]:
+        """Log lines on what the rollout side did: per-replica trajectories, the teacher's
+        scoring counters. A report only: a dead teacher actor must not mask the run's error."""
+        lines = []
+        if isinstance(self.engine, ReplicaSet):
+            lines.append(
+                f"rollout on {len(self.engine.engines)} vLLM replicas; "
+                f"trajectories per replica: {self.engine.routed}"
+            )
+        if self.teacher is not None:
+            import json
+
+            from teacher.incremental import scorer_stats
+
+            try:
+                stats = scorer_stats(self.teacher.scorer)
+            except Exception as e:  # noqa: BLE001
+                stats = {"error": repr(e)}
+            if stats is not None:
+                lines.append(f"teacher: {json.dumps(stats)}")
+        return lines
+
     def close(self) -> None:
         if isinstance(self.engine, ReplicaSet) or self.on_ray:
             self.engine.close()  # stops the vLLM servers / the engine actor

@@ -15,7 +15,6 @@ aborted first, so nothing partial reaches the learner. The stale comparison sche
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import sys
 import time
@@ -34,7 +33,6 @@ from driver.publish import remove_run_segments
 from driver.rollouts import run_trajectories
 from driver.stale import StalePolicy
 from driver.tasks import plan_update, task_pool
-from rollout.replicas import ReplicaSet
 from rollout.weight_wire import sweep_orphans
 from tsrl.config import Objective, RunConfig, Schedule, revalidate
 from tsrl.rundir import RunDirWriter, RunStatus
@@ -178,21 +176,8 @@ class RunDriver:
             if self.stale is not None:
                 self.stale.close()
             if self.side is not None:
-                if isinstance(self.side.engine, ReplicaSet):
-                    rs = self.side.engine
-                    self.files.write_log(
-                        f"rollout on {len(rs.engines)} vLLM replicas; "
-                        f"trajectories per replica: {rs.routed}"
-                    )
-                if self.side.teacher is not None:
-                    from teacher.incremental import scorer_stats
-
-                    try:  # a report only: a dead teacher actor must not mask the run's error
-                        stats = scorer_stats(self.side.teacher.scorer)
-                    except Exception as e:  # noqa: BLE001
-                        stats = {"error": repr(e)}
-                    if stats is not None:
-                        self.files.write_log(f"teacher: {json.dumps(stats)}")
+                for line in self.side.report():
+                    self.files.write_log(line)
                 self.side.close()
             self.learners.stop(finished=finished)
             remove_run_segments(self.run_id)  # what a killed learner left in shared memory
