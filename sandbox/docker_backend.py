@@ -57,6 +57,9 @@ _EXEC_WRAPPER = (
 _STAGE = "/run/tsrl-stage"  # root-owned 0711: put_file's bytes wait here under random names
 _WRAPPER_NAME = "tsrl-exec"  # $0 of the wrapper: its own errors read "tsrl-exec: 1: ..."
 _RUNTIME_FAILURE = ("OCI runtime error", "exec failed", "unable to start container process")
+# what sh / timeout print when the pids limit is exhausted; the file tools run only our own
+# fixed scripts, so these words in their stderr mean the script did not run, not that it failed
+_NO_FORK = ("Cannot fork", "fork system call failed", "Resource temporarily unavailable")
 
 
 def _did_not_start(r: ExecResult | None) -> bool:
@@ -335,9 +338,11 @@ class DockerSession:
             return None
         code, out, err = r
         text = err.decode("utf-8", "replace")
-        if out or code not in (125, 126):
+        if out or code == 0:
             return r
-        if "fork" in text or any(m in text for m in _RUNTIME_FAILURE):
+        if any(m in text for m in _NO_FORK):
+            return None  # our own script could not fork its steps (pids exhausted): not run
+        if code in (125, 126) and any(m in text for m in _RUNTIME_FAILURE):
             return None  # the command never ran
         return r
 
