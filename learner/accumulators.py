@@ -19,8 +19,11 @@ buffer before the host adds (`GradSink`).
 
 from __future__ import annotations
 
+import ctypes
+import functools
 from collections import defaultdict
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -72,6 +75,24 @@ def free_lists() -> FreeLists:
 
 
 _CHUNK = 1 << 18
+
+
+def _trim_host_heap(device: torch.device) -> None:
+    """Return freed host heap pages to the OS (glibc keeps freed chunks resident otherwise, so
+    a freed buffer's memory could not serve a larger one). No-op off glibc or for CUDA pools."""
+    if device.type != "cpu":
+        return
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Any:
+    try:
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
 
 
 def add_flat(dst: torch.Tensor, src: torch.Tensor, alpha: float = 1.0) -> None:
@@ -128,6 +149,10 @@ class BufferPool:
             if zero:
                 buf.zero_()
         else:
+            # buffers of another size / dtype would sit idle beside the new one (the update's
+            # float64 sum after fp32 group buffers: the peak of a short GRPO update): give
+            # them back first, so the new buffer can take their memory
+            self._drop_other_keys((numel, dtype))
             make = torch.zeros if zero else torch.empty
             buf = make(numel, dtype=dtype, device=self.device, pin_memory=self.pin)
             self.allocations += 1
@@ -136,7 +161,14 @@ class BufferPool:
 
     def drop_free(self) -> None:
         """Give the recycled buffers back to the allocator (before the step allocates)."""
-        self._free.clear()
+        self._free.clear()  # (no trim: the step's allocations reuse the freed chunks as they are)
+
+    def _drop_other_keys(self, key: tuple[int, torch.dtype]) -> None:
+        others = [k for k, v in self._free.items() if k != key and v]
+        for k in others:
+            self._free[k].clear()
+        if others:
+            _trim_host_heap(self.device)
 
     def release(self, buf: torch.Tensor) -> None:
         self.track(-buf.numel() * buf.element_size())
