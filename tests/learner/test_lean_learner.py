@@ -95,6 +95,24 @@ def test_accumulators_add_in_place_across_dtypes_and_recycle_buffers() -> None:
     assert pool.allocations == 1
 
 
+def test_pool_gives_idle_buffers_of_other_sizes_back_before_allocating() -> None:
+    """The update's float64 sum comes after the fp32 group buffers are spent: the idle fp32
+    buffers are released before it is allocated (their memory is its), same-key ones are kept."""
+    pool = BufferPool("cpu")
+    a, b = pool.acquire(1000, torch.float32), pool.acquire(1000, torch.float32)
+    pool.release(a)
+    c = pool.acquire(1000, torch.float32)  # same key: recycled, nothing dropped
+    assert c.data_ptr() == a.data_ptr() and pool.allocations == 2
+    pool.release(b)
+    pool.release(c)
+    wide = pool.acquire(1000, torch.float64)
+    assert pool.allocations == 3 and pool.held_bytes == 8000
+    assert not any(pool._free.values())  # the two idle fp32 buffers went back
+    pool.release(wide)
+    again = pool.acquire(1000, torch.float64)  # recycled again
+    assert again.data_ptr() == wide.data_ptr() and pool.allocations == 3
+
+
 def _grads(learner: Learner, batch: LoggedBatch, **_: object) -> torch.Tensor:
     engine = replay_sources(learner, batch, Schedule.STREAM)
     return engine.acc.grad.clone()
