@@ -145,11 +145,25 @@ def _scorer(cfg: RunConfig, teacher_dir: Path, files: RunFiles, on_ray: bool) ->
     if backend != "vllm":
         raise ConfigUnsupported(f"teacher.backend {backend!r}: use hf or vllm")
     from rollout.vllm_server import VLLMServer, VLLMServerConfig
+    from teacher.replicas import TeacherReplicas
     from teacher.supervised import SupervisedVLLMScorer
 
-    server = VLLMServer(VLLMServerConfig(model=str(teacher_dir)), log_dir=files.teacher)
-    server.start()
-    return SupervisedVLLMScorer(server), server
+    if not on_ray:
+        server = VLLMServer(VLLMServerConfig(model=str(teacher_dir)), log_dir=files.teacher)
+        server.start()
+        return SupervisedVLLMScorer(server), server
+    from driver.ray_plan import PlacementRole
+    from driver.ray_servers import ServerGroup, remote_servers, start_vllm_replicas
+
+    on_gpu = cfg.placement.teacher_gpus > 0
+    sc = VLLMServerConfig(
+        model=str(teacher_dir),  # readable on the replica's node (a shared filesystem)
+        tensor_parallel_size=cfg.placement.teacher_tp if on_gpu else 1,
+        enforce_eager=not on_gpu,
+    )
+    # one replica per teacher GPU bundle of the placement (one CPU actor without GPUs)
+    servers = remote_servers(start_vllm_replicas(PlacementRole.TEACHER, sc, files.teacher), sc)
+    return TeacherReplicas([SupervisedVLLMScorer(s) for s in servers]), ServerGroup(servers)
 
 
 def rollout_side(

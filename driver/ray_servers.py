@@ -167,3 +167,16 @@ def stop_replicas(actors: list[Any]) -> None:
     ray.get([a.stop.remote() for a in actors])
     for a in actors:
         ray.kill(a)
+
+
+class ServerGroup:
+    """Replica servers stopped together (the teacher replicas of a run)."""
+
+    proc = None  # no local process to signal: each server lives in its actor
+
+    def __init__(self, servers: list[RemoteVLLMServer]) -> None:
+        self.servers = servers
+
+    def stop(self) -> None:
+        for s in self.servers:
+            s.stop()

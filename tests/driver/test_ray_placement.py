@@ -69,3 +69,31 @@ def test_vllm_rollout_replica_as_a_ray_actor_trains_like_sync(tmp_path: Path) ->
     assert [(m["acked_by"], m["load_method"]) for m in metrics] == [(["engine-0"], "shm")] * 2
     assert "rollout on 1 vLLM replicas" in (tmp_path / "log.txt").read_text()
     assert max(replay_gap(tmp_path, cfg, tmp_path / "model")) <= 1e-6
+
+
+def test_vllm_teacher_replica_as_a_ray_actor_scores_opd_like_sync(tmp_path: Path) -> None:
+    """teacher.backend=vllm with --ray: the teacher is a vLLM replica actor reached at the URL it
+    reports; every OPD turn is scored through it and the run equals a sync replay."""
+    import ray
+
+    cfg = load_run_config(
+        "opd-toy",
+        {
+            "updates": 2,
+            "rollout.groups_per_update": 2,
+            "rollout.group_size": 2,
+            "teacher.backend": "vllm",
+            "learner.accum_dtype": "float64",
+        },
+    )
+    try:
+        driver = RunDriver(cfg, tmp_path, bus_kind="redis", ray_address="local", log_batches=True)
+        assert driver.run() == 0
+    finally:
+        ray.shutdown()
+    log = (tmp_path / "log.txt").read_text()
+    line = next(x for x in log.splitlines() if "teacher: {" in x)
+    teacher = json.loads(line.split("teacher: ", 1)[1])
+    assert teacher["scoring"] == "full" and teacher["replicas"] == 1, teacher
+    assert teacher["calls"][0] > 0 and teacher["restarts"] == [0], teacher
+    assert max(replay_gap(tmp_path, cfg, tmp_path / "model")) <= 1e-6
