@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 SCHEME = "shm://"
@@ -117,13 +118,22 @@ def write_shm(
         for e, t in zip(entries, state_dict.values(), strict=True):
             if not e["nbytes"]:
                 continue
-            view = torch.frombuffer(mm, dtype=t.dtype, count=t.numel(), offset=e["offset"])
-            view.copy_(t.detach().reshape(-1))
-            del view  # the mmap cannot close while a tensor still exports its buffer
+            _copy_bytes(mm, e["offset"], t)
     _write_index(
         w, {"version": version, "bytes": offset, "owners": list(owners), "tensors": entries}
     )
     return w
+
+
+def _copy_bytes(mm: mmap.mmap, offset: int, t: torch.Tensor) -> None:
+    """One plain memcpy of `t`'s bytes into the segment. Not `Tensor.copy_`: that splits the copy
+    over torch's intra-op threads, and on a host whose cores the engines keep busy each of those
+    barriers waits for a descheduled thread (measured: 0.17 s instead of 4 ms for a 14 MB model
+    beside two vLLM replicas)."""
+    src = t.detach().contiguous().reshape(-1).view(torch.uint8).numpy()
+    dst = np.frombuffer(mm, dtype=np.uint8, count=src.size, offset=offset)
+    np.copyto(dst, src)
+    del dst  # the mmap cannot close while an array still exports its buffer
 
 
 def _write_index(w: ShmWeights, index: dict[str, Any]) -> None:
