@@ -5,10 +5,16 @@ run-tests.sh (optional: Terminal-Bench's default runner is used without it), sol
 tests/test_outputs.py, optional weights.json {test_name: weight} (SETA partial reward = passed
 weight / total weight; a weight naming no test function of tests/ is an error; without weights
 the reward is 1 only when every test passes). Harbor / TB2: task.toml ([agent] timeout_sec,
-[verifier] timeout_sec, [environment] cpus, memory_mb or memory ("2G", "512M"),
-allow_internet), instruction.md, environment/, solution/solve.sh (optional: a task without it
-loads for training, its gold is not checked), tests/test.sh; the reward is read from
-/logs/verifier/reward.json (its "reward" key, else the mean of its numbers) or reward.txt.
+[verifier] timeout_sec, [environment] cpus, memory_mb or memory ("2G", "512M"), network: see
+below), instruction.md, environment/, solution/solve.sh (optional: a task without it loads for
+training, its gold is not checked), tests/test.sh; the reward is read from
+/logs/verifier/reward.json (its "reward" key, else the mean of its numbers) or reward.txt. SETA in
+the Harbor layout adds weights.json (checked as above): the reward is then passed weight / total
+weight from the CTRF report tests/test.sh writes to /logs/verifier/ctrf.json.
+Harbor network: [environment] network_mode "no-network" | "public" (the baseline; "allowlist" only
+with no allowed_hosts, which denies all egress: the sandbox cannot limit egress to hosts), or the
+older allow_internet (bool); [agent] / [verifier] network_mode override it for their phase. Both
+unset: network off (Harbor's default is on; tasks here must run offline unless they ask).
 The agent works in /app, seeded from `app/` (TB1) or `environment/app/` (Harbor) when present.
 Dockerfiles are *not* built: tasks run on the sandbox base (python3, pytest, git); the docker
 backend uses the task image only when `image` is given. The verifier runs in a session of its
@@ -58,7 +64,8 @@ class TerminalTask:
     solution: Path | None  # None: a Harbor task without solution/ (training only)
     weights: dict[str, float] | None = None
     limits: Limits = field(default_factory=Limits)
-    network: bool = False
+    network: bool = False  # the agent's session
+    verifier_network: bool | None = None  # the verifier's session; None: as `network`
 
     @property
     def name(self) -> str:
@@ -83,7 +90,7 @@ class TerminalTask:
         """The verifier's own session: an empty /app (the agent's is restored into it)."""
         return SessionSpec(
             mount_at=APP,
-            network=self.network,
+            network=self.network if self.verifier_network is None else self.verifier_network,
             limits=self.limits,
             scratch=SCRATCH,
             label=f"term-verify-{self.name}",
@@ -166,6 +173,54 @@ def _memory_mb(src: Path, env: dict[str, Any]) -> int:
     return mem
 
 
+NETWORK_MODES = {"no-network": False, "public": True, "allowlist": False}
+
+
+def _network_mode(src: Path, table: dict[str, Any], section: str) -> bool | None:
+    """[section] network_mode / allowed_hosts as network on or off; None when neither is set."""
+    mode, hosts = table.get("network_mode"), table.get("allowed_hosts", [])
+    if not isinstance(hosts, list) or not all(isinstance(h, str) for h in hosts):
+        raise TaskError(f"{src}: [{section}] allowed_hosts must be a list of host names")
+    if mode is None and not hosts:
+        return None
+    if mode is None:  # Harbor: allowed_hosts alone means network_mode = "allowlist"
+        mode = "allowlist"
+    if not isinstance(mode, str) or mode not in NETWORK_MODES:
+        raise TaskError(
+            f"{src}: [{section}] network_mode must be one of {sorted(NETWORK_MODES)}, got {mode!r}"
+        )
+    if hosts and mode != "allowlist":
+        raise TaskError(
+            f'{src}: [{section}] allowed_hosts is only valid with network_mode = "allowlist" '
+            f"(got {mode!r}); remove allowed_hosts"
+        )
+    if hosts:
+        raise TaskError(
+            f"{src}: [{section}] allowed_hosts = {hosts!r}: this sandbox cannot limit egress to "
+            'hosts (network is on or off); use network_mode = "public" or "no-network"'
+        )
+    return NETWORK_MODES[mode]
+
+
+def _network(src: Path, tables: dict[str, dict[str, Any]]) -> tuple[bool, bool]:
+    """(agent's network, verifier's network) from [environment] and the phase overrides."""
+    env = tables["environment"]
+    allow = env.get("allow_internet")
+    if allow is not None and not isinstance(allow, bool):
+        raise TaskError(f"{src}: [environment] allow_internet must be true or false, got {allow!r}")
+    mode = _network_mode(src, env, "environment")
+    if allow is not None and mode is not None and allow != mode:
+        raise TaskError(
+            f"{src}: [environment] allow_internet = {str(allow).lower()} and network_mode = "
+            f"{env.get('network_mode', 'allowlist')!r} disagree; keep network_mode (allow_internet "
+            "is Harbor's older spelling)"
+        )
+    base = mode if mode is not None else bool(allow)
+    agent = _network_mode(src, tables["agent"], "agent")
+    verifier = _network_mode(src, tables["verifier"], "verifier")
+    return (base if agent is None else agent), (base if verifier is None else verifier)
+
+
 def load_task(path: str | Path) -> TerminalTask:
     p = Path(path)
     if (p / "task.yaml").is_file():
@@ -213,6 +268,7 @@ def _load_harbor(p: Path) -> TerminalTask:
             raise TaskError(f"{src}: [{name}] must be a table")
         tables[name] = t
     env = tables["environment"]
+    network, verifier_network = _network(src, tables)
     if "steps" in meta:
         raise TaskError(
             f"{src}: [[steps]]: multi-step tasks are not supported (one instruction.md)"
@@ -235,6 +291,8 @@ def _load_harbor(p: Path) -> TerminalTask:
         test_timeout=_number(src, tables["verifier"], "timeout_sec", 120),
         verifier=_need(p / "tests" / "test.sh", "the Harbor verifier"),
         solution=p / "solution/solve.sh" if (p / "solution/solve.sh").is_file() else None,
+        weights=_weights(p / "weights.json"),
         limits=Limits(memory_mb=mem, cpus=float(cpus)),
-        network=bool(env.get("allow_internet", False)),
+        network=network,
+        verifier_network=verifier_network,
     )

@@ -12,7 +12,12 @@ test runner), `-p no:cacheprovider`.
 TB1 / SETA results come from a JUnit report pytest writes to an unguessable path
 (`PYTEST_ADDOPTS=--junitxml=...`), never from lines of the output; Harbor rewards from the
 reward file the verifier wrote: a value outside [0, 1] or not finite is a verifier error (reward
-0 with a reason naming the file), never clamped. Failing reasons end with the verifier output.
+0 with a reason naming the file), never clamped. A Harbor task with weights.json (SETA's current
+layout) earns passed weight / total weight from the CTRF report its test.sh writes to
+/logs/verifier/ctrf.json (`sandbox.envs.ctrf`; its binary reward.txt is then not used); no report,
+a malformed one or a weighted test missing from it is reward 0 with the reason. All of /logs/verifier
+is made empty before the verifier starts, so every file read there is the verifier's own.
+Failing reasons end with the verifier output.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from sandbox.envs import ctrf
 from sandbox.envs.junit import ReportError, Status, by_function, parse_junit, report_path
 from sandbox.executor import ExecResult, Session
 
@@ -99,6 +105,8 @@ def verify(session: Session, task: TerminalTask, app_tar: bytes | None = None) -
         return Verdict(0.0, f"verifier timeout after {task.test_timeout}s: {_tail(r)}")
     if task.layout.value == "tb1":
         return _tb1_verdict(session, task, report, r)
+    if task.weights:
+        return ctrf_verdict(session, task.weights, r)
     return read_reward(session, r)
 
 
@@ -118,12 +126,39 @@ def _tb1_verdict(session: Session, task: TerminalTask, report: str, r: ExecResul
         return Verdict(0.0, f"no tests ran: {_tail(r)}", tests)
     if task.weights:
         total = sum(task.weights.values())
-        got = sum(w for n, w in task.weights.items() if by_name.get(n) is Status.PASSED)
+        got = sum(
+            w
+            for n, w in task.weights.items()
+            if by_name.get(ctrf.function_of(n)) is Status.PASSED  # a key may be a node id
+        )
         return Verdict(got / total, f"weighted: {got:g} of {total:g}", tests)
     failed = [n for n, s in by_name.items() if s not in (Status.PASSED, Status.XFAIL)]
     if failed:
         return Verdict(0.0, f"failed: {failed}: {_tail(r)}", tests)
     return Verdict(1.0, "all tests passed", tests)
+
+
+def ctrf_verdict(session: Session, weights: dict[str, float], r: ExecResult) -> Verdict:
+    """Harbor + weights.json (SETA): passed weight / total weight from the CTRF report."""
+    path = ctrf.CTRF_PATH
+    data = session.get_file(path)
+    if data is None:
+        return Verdict(
+            0.0,
+            f"no CTRF report: the task has weights.json, so its tests/test.sh must write {path} "
+            f"(pytest --ctrf {path}); the verifier wrote none (exit {r.exit_code}): {_tail(r)}",
+        )
+    statuses: dict[str, str] = {}
+    try:
+        tests = ctrf.parse_ctrf(data, path)
+        statuses = {n: s.upper() for n, s in ctrf.by_function(tests).items()}
+        if not tests:
+            return Verdict(0.0, f"no tests ran: {path} lists no tests: {_tail(r)}")
+        got, total = ctrf.weighted(weights, tests)
+    except ReportError as e:
+        return Verdict(0.0, f"{e}: {_tail(r)}", statuses)
+    reason = f"weighted: {got:g} of {total:g} ({path})"
+    return Verdict(got / total, reason if got == total else f"{reason}: {_tail(r)}", statuses)
 
 
 def _checked(value: Any, where: str) -> float:
