@@ -21,13 +21,15 @@ import math
 import os
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bench.speedup import workload_config
 from tsrl.config import Schedule
+from tsrl.reward_curve import Point, curve, reward_at, time_to_target, update_to_target
 from tsrl.rundir import RunFiles
+
+__all__ = ["Point", "curve", "reward_at", "time_to_target", "update_to_target"]
 
 SCHEDULES: tuple[str, ...] = ("sync", "stream", "async", "fully_async")
 LOSSLESS = ("sync", "stream")
@@ -35,60 +37,6 @@ LOSSLESS = ("sync", "stream")
 # several updates instead of jumping to 1 after two (which would leave no curve to compare)
 DEFAULTS: dict[str, Any] = {"optim.lr": 0.001}
 GRAD_NORM_RTOL = 1e-12
-
-
-@dataclass(frozen=True)
-class Point:
-    update: int
-    t: float  # seconds since the start of update 0
-    reward: float
-    staleness: int
-    step_s: float
-    grad_norm: float
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "update": self.update,
-            "t": round(self.t, 3),
-            "reward": self.reward,
-            "staleness": self.staleness,
-            "step_s": round(self.step_s, 3),
-            "grad_norm": self.grad_norm,
-        }
-
-
-def curve(records: list[dict[str, Any]]) -> list[Point]:
-    """Metrics lines (any order) -> points by update, wall time from the start of update 0."""
-    recs = sorted(records, key=lambda m: int(m["update"]))
-    if not recs:
-        return []
-    t0 = float(recs[0]["time"]) - float(recs[0]["step_s"])
-    return [
-        Point(
-            update=int(m["update"]),
-            t=float(m["time"]) - t0,
-            reward=float(m["reward_mean"]),
-            staleness=int(m.get("max_staleness", 0)),
-            step_s=float(m["step_s"]),
-            grad_norm=float(m.get("grad_norm", 0.0)),
-        )
-        for m in recs
-    ]
-
-
-def time_to_target(points: list[Point], target: float) -> float | None:
-    """Wall time of the first update whose mean reward reaches `target` (None: never)."""
-    return next((p.t for p in points if p.reward >= target), None)
-
-
-def update_to_target(points: list[Point], target: float) -> int | None:
-    return next((p.update for p in points if p.reward >= target), None)
-
-
-def reward_at(points: list[Point], budget_s: float) -> float | None:
-    """Mean reward of the last update finished within `budget_s` (None: none had finished)."""
-    done = [p for p in points if p.t <= budget_s]
-    return done[-1].reward if done else None
 
 
 def curve_gap(a: list[Point], b: list[Point], field: str = "reward", rel: bool = False) -> float:

@@ -43,8 +43,10 @@ from service.crud_tokens import (
 )
 from service.db import utcnow
 from service.models import Run, SpanRow, Token, UpdateRow
-from service.schemas import RunDetail, RunPublic, Speedup
+from service.schemas import CurvePoint, RunDetail, RunPublic, Speedup, TimeToTarget
 from tsrl.config import RunConfig
+from tsrl.reward_curve import Point, curve
+from tsrl.reward_curve import time_to_target as ttt
 from tsrl.rundir import ACTIVE_STATUSES, RunFiles, RunStatus
 
 __all__ = [
@@ -244,17 +246,22 @@ def mean_step_s(*, session: Session, run_id: uuid.UUID) -> float | None:
     return float(value) if value is not None else None
 
 
+def sync_baseline(*, session: Session, run: Run) -> Run | None:
+    """The latest sync run of the same recipe (same owner) with updates; None for a sync run."""
+    if run.schedule == "sync":
+        return None
+    same = Run.recipe == run.recipe if run.recipe is not None else Run.name == run.name
+    return session.scalar(
+        select(Run)
+        .where(Run.owner_id == run.owner_id, Run.schedule == "sync", same, Run.updates_done > 0)
+        .order_by(Run.created_at.desc())
+        .limit(1)
+    )
+
+
 def speedup(*, session: Session, run: Run) -> Speedup:
     """Mean step time of the latest sync run of the same recipe (same owner) over this run's."""
-    baseline = None
-    if run.schedule != "sync":
-        same = Run.recipe == run.recipe if run.recipe is not None else Run.name == run.name
-        baseline = session.scalar(
-            select(Run)
-            .where(Run.owner_id == run.owner_id, Run.schedule == "sync", same, Run.updates_done > 0)
-            .order_by(Run.created_at.desc())
-            .limit(1)
-        )
+    baseline = sync_baseline(session=session, run=run)
     step = mean_step_s(session=session, run_id=run.id)
     base = mean_step_s(session=session, run_id=baseline.id) if baseline is not None else None
     ratio = base / step if base is not None and step else None
@@ -264,4 +271,31 @@ def speedup(*, session: Session, run: Run) -> Speedup:
         step_s=step,
         baseline_step_s=base,
         speedup=ratio,
+    )
+
+
+def reward_curve(*, session: Session, run_id: uuid.UUID) -> list[Point]:
+    rows = session.scalars(select(UpdateRow).where(UpdateRow.run_id == run_id))
+    return curve(
+        {"update": r.update, "time": r.time, "step_s": r.step_s, "reward_mean": r.reward_mean}
+        for r in rows
+    )
+
+
+def time_to_target(*, session: Session, run: Run, target: float) -> TimeToTarget:
+    """Wall time to `target` mean reward for this run and its sync baseline (as `speedup`)."""
+    baseline = sync_baseline(session=session, run=run)
+    mine = reward_curve(session=session, run_id=run.id)
+    base = reward_curve(session=session, run_id=baseline.id) if baseline is not None else []
+    t, tb = ttt(mine, target), ttt(base, target)
+    points = lambda c: [CurvePoint(update=p.update, t=p.t, reward=p.reward) for p in c]  # noqa: E731
+    return TimeToTarget(
+        run_id=run.id,
+        baseline_id=baseline.id if baseline is not None else None,
+        target=target,
+        curve=points(mine),
+        baseline_curve=points(base),
+        time_to_target_s=t,
+        baseline_time_to_target_s=tb,
+        ratio=tb / t if t and tb is not None else None,
     )

@@ -193,6 +193,25 @@ class Speedup(BaseModel):
     speedup: float | None = Field(description="baseline_step_s / step_s")
 
 
+class CurvePoint(BaseModel):
+    update: int
+    t: float = Field(description="seconds since the start of update 0")
+    reward: float
+
+
+class TimeToTarget(BaseModel):
+    run_id: uuid.UUID
+    baseline_id: uuid.UUID | None = Field(description="a sync run of the same recipe, if any")
+    target: float
+    curve: list[CurvePoint] = Field(description="this run's mean reward per update vs wall time")
+    baseline_curve: list[CurvePoint]
+    time_to_target_s: float | None = Field(description="None: this run has not reached target")
+    baseline_time_to_target_s: float | None
+    ratio: float | None = Field(
+        description="baseline_time_to_target_s / time_to_target_s: how much sooner this run got there"
+    )
+
+
 # --- updates and spans --------------------------------------------------------------------------
 
 

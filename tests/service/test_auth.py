@@ -31,7 +31,7 @@ def test_another_tokens_run_is_404_and_not_listed(
 ) -> None:
     alice, bob = new_token("alice"), new_token("bob")
     run = client.post("/api/v1/runs", json={"recipe": "grpo-toy"}, headers=alice).json()
-    for path in ("", "/updates", "/spans", "/logs", "/speedup", "/events"):
+    for path in ("", "/updates", "/spans", "/logs", "/speedup", "/time-to-target", "/events"):
         res = client.get(f"/api/v1/runs/{run['id']}{path}", headers=bob)
         assert res.status_code == 404, (path, res.text)
     assert client.post(f"/api/v1/runs/{run['id']}/cancel", headers=bob).status_code == 404

@@ -123,6 +123,14 @@ def test_submitted_run_updates_live_on_its_page(
         assert len(rewards) == 6
         seen_updates = page.evaluate("() => Chart.getChart('step-chart').data.labels")
         assert seen_updates == [0, 1, 2, 3, 4, 5]
+        # time to target vs the sync run: a target both reach at update 0 gives a ratio
+        page.fill("#ttt-target", "-1")
+        page.dispatch_event("#ttt-target", "change")
+        expect(page.locator("#ttt")).to_contain_text("×")
+        curves = page.evaluate(
+            "() => Chart.getChart('ttt-chart').data.datasets.map(d => d.data.length)"
+        )
+        assert curves == [6, 6, 2], curves  # this run, the sync baseline, the target line
 
     shot = tmp_path / "dashboard-run.png"
     page.screenshot(path=str(shot), full_page=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
 from fastapi.testclient import TestClient
 from service_helpers import wait_final
 
@@ -105,6 +106,38 @@ def test_speedup_against_a_sync_run_of_the_same_recipe(
     # fake driver step_s = 0.05 + 0.01 k: sync mean 0.065, stream mean 0.055
     assert s["baseline_id"] == sync_id
     assert abs(s["speedup"] - 0.065 / 0.055) < 1e-9
+
+
+def test_time_to_target_against_a_sync_run_of_the_same_recipe(
+    client: TestClient, new_token: Headers
+) -> None:
+    h = new_token("u")
+    post = lambda o: client.post(  # noqa: E731
+        "/api/v1/runs", json={"recipe": "grpo-toy", "overrides": o}, headers=h
+    ).json()["id"]
+    stream_id = post({"updates": 2})
+    wait_final(client, stream_id, h)
+    alone = client.get(f"/api/v1/runs/{stream_id}/time-to-target?target=0.1", headers=h).json()
+    assert alone["baseline_id"] is None and alone["baseline_curve"] == [] and alone["ratio"] is None
+    sync_id = post({"updates": 4, "schedule": "sync"})
+    wait_final(client, sync_id, h)
+    got = client.get(f"/api/v1/runs/{stream_id}/time-to-target?target=0.1", headers=h).json()
+    # fake driver: reward_mean 0.1 k; wall time from the start of update 0 (its step_s is 0.05)
+    assert got["baseline_id"] == sync_id and got["target"] == 0.1
+    assert [p["update"] for p in got["curve"]] == [0, 1]
+    assert [p["update"] for p in got["baseline_curve"]] == [0, 1, 2, 3]
+    # (wall clock seconds since the epoch in a float column: ~1e-7 s resolution)
+    assert got["curve"][0]["t"] == pytest.approx(0.05, abs=1e-6)
+    assert got["baseline_curve"][3]["reward"] == pytest.approx(0.3)
+    t, tb = got["time_to_target_s"], got["baseline_time_to_target_s"]
+    assert t == got["curve"][1]["t"] and tb == got["baseline_curve"][1]["t"]
+    assert got["ratio"] == tb / t
+    # a target only the sync run reached: this run has no time, so no ratio
+    late = client.get(f"/api/v1/runs/{stream_id}/time-to-target?target=0.25", headers=h).json()
+    assert late["time_to_target_s"] is None and late["ratio"] is None
+    assert late["baseline_time_to_target_s"] == late["baseline_curve"][3]["t"]
+    bad = client.get(f"/api/v1/runs/{stream_id}/time-to-target?target=nan", headers=h)
+    assert bad.status_code == 422 and "target" in bad.text
 
 
 def test_delete_finished_run_and_refuse_active(client: TestClient, new_token: Headers) -> None:

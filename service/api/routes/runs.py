@@ -28,6 +28,7 @@ from service.schemas import (
     RunDetail,
     RunsPublic,
     Speedup,
+    TimeToTarget,
 )
 from tsrl.config import ConfigError, load_run_config
 from tsrl.rundir import ACTIVE_STATUSES, FINAL_STATUSES, RunFiles, RunStatus
@@ -217,3 +218,16 @@ def read_log_chunk(path: Path, offset: int, limit: int) -> LogChunk:
 def read_speedup(session: SessionDep, run: OwnedRun) -> Speedup:
     """Mean step time of the newest sync run of the same recipe divided by this run's."""
     return crud.speedup(session=session, run=run)
+
+
+@router.get("/{run_id}/time-to-target", response_model=TimeToTarget)
+def read_time_to_target(
+    session: SessionDep,
+    run: OwnedRun,
+    target: Annotated[
+        float, Query(allow_inf_nan=False, description="the mean reward to reach (finite)")
+    ] = 0.5,
+) -> TimeToTarget:
+    """Wall time until an update's mean reward reaches `target`, for this run and the newest
+    sync run of the same recipe, with both reward-vs-wall-time curves."""
+    return crud.time_to_target(session=session, run=run, target=target)

@@ -112,6 +112,16 @@ function makeCharts() {
     reward: lineChart($("reward-chart"), "mean reward", "#2b8a3e"),
     idle: lineChart($("idle-chart"), "idle share", "#e8590c", { scales: { y: { min: 0, max: 1 } } }),
     mfu: lineChart($("mfu-chart"), "MFU", "#862e9c"),
+    ttt: new Chart($("ttt-chart"), {
+      type: "line",
+      data: { datasets: [
+        { label: "this run", data: [], borderColor: "#2b8a3e", backgroundColor: "#2b8a3e", pointRadius: 2 },
+        { label: "sync baseline", data: [], borderColor: "#868e96", backgroundColor: "#868e96", pointRadius: 2, borderDash: [4, 3] },
+        { label: "target", data: [], borderColor: "#e03131", pointRadius: 0, borderWidth: 1 },
+      ] },
+      options: { animation: false, maintainAspectRatio: false, plugins: { legend: { position: "bottom" } },
+        scales: { x: { type: "linear", title: { display: true, text: "seconds" } }, y: { title: { display: true, text: "mean reward" } } } },
+    }),
   };
 }
 
@@ -125,6 +135,7 @@ async function renderRun(id) {
   state = { id, updates: [], spans: [], t0: null, cursor: { update: -1, span: 0, log: 0 }, status: null };
   $("run-logs").textContent = ""; $("updates-done").textContent = "0";
   makeCharts();
+  $("ttt-target").onchange = refreshTimeToTarget;
   const run = await api("/runs/" + id);
   applyRun(run);
   $("run-config").textContent = JSON.stringify(run.config, null, 2);
@@ -161,7 +172,25 @@ function applyUpdates(rows) {
   refreshSpeedup();
 }
 
+async function refreshTimeToTarget() {
+  const target = Number($("ttt-target").value);
+  if (!Number.isFinite(target)) { $("ttt").textContent = "target?"; return; }
+  try {
+    const r = await api(`/runs/${state.id}/time-to-target?target=${target}`);
+    const pts = (c) => c.map((p) => ({ x: p.t, y: p.reward }));
+    const [mine, base, line] = charts.ttt.data.datasets;
+    mine.data = pts(r.curve); base.data = pts(r.baseline_curve);
+    const xs = [...mine.data, ...base.data].map((p) => p.x);
+    line.data = xs.length ? [{ x: 0, y: target }, { x: Math.max(...xs), y: target }] : [];
+    charts.ttt.update("none");
+    $("ttt").textContent = r.ratio != null ? r.ratio.toFixed(2) + "×"
+      : r.baseline_id == null ? "no sync run"
+      : r.time_to_target_s == null ? "not reached" : "sync not reached";
+  } catch (e) { /* shown on the next update */ }
+}
+
 async function refreshSpeedup() {
+  refreshTimeToTarget();
   try {
     const s = await api(`/runs/${state.id}/speedup`);
     $("speedup").textContent = s.speedup == null ? (state.updates.length ? "no sync run" : "–") : s.speedup.toFixed(2) + "×";
