@@ -15,7 +15,17 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
 from service import crud
-from service.api.routes import events, health, models, runs, spans, task_sets, tokens, updates
+from service.api.routes import (
+    events,
+    health,
+    models,
+    recipes,
+    runs,
+    spans,
+    task_sets,
+    tokens,
+    updates,
+)
 from service.db import make_engine, make_session_factory, session_scope, upgrade_to_head
 from service.errors import validation_error_handler
 from service.limits import BodySizeLimit
@@ -34,7 +44,7 @@ def api_router() -> APIRouter:
         413: {"model": ErrorDetail, "description": "request body over the size limit"},
     }
     router = APIRouter(prefix=API_PREFIX, responses=errors)
-    for module in (runs, updates, spans, events, task_sets, models):
+    for module in (runs, updates, spans, events, task_sets, models, recipes):
         router.include_router(
             module.router,
             responses={404: {"model": ErrorDetail, "description": "not found for this token"}},

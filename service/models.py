@@ -186,3 +186,18 @@ class ModelArtifact(Base):
     description: Mapped[str] = mapped_column(Text, default="")
     shared: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class RecipeArtifact(Base):
+    """A recipe a token uploaded (its YAML text, validated as a run config at upload), used by
+    name in `POST /runs {"recipe": NAME}` before the shipped recipes of that name space."""
+
+    __tablename__ = "recipes"
+    __table_args__ = (UniqueConstraint("owner_id", "name", name="uq_recipes_owner_name"),)
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
+    owner_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("tokens.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(200))
+    text: Mapped[str] = mapped_column(Text)
+    description: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

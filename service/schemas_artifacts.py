@@ -100,3 +100,30 @@ class ModelsPublic(BaseModel):
 class UploadedFile(BaseModel):
     path: str = Field(description="the file's path inside the artifact")
     size: int
+
+
+RECIPE_NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]*$"  # as POST /runs takes it: a name, never a path
+
+
+class RecipeCreate(RequestBody):
+    name: str = Field(min_length=1, max_length=200, pattern=RECIPE_NAME)
+    yaml: str = Field(
+        min_length=1,
+        max_length=65536,
+        description="the recipe file's text: run config fields as YAML (as recipes/*.yaml)",
+    )
+    description: str = Field("", max_length=5000)
+
+
+class RecipePublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+    id: uuid.UUID
+    name: str
+    yaml: str = Field(validation_alias="text")
+    description: str
+    created_at: datetime
+
+
+class RecipesPublic(BaseModel):
+    data: list[RecipePublic]
+    count: int

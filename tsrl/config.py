@@ -325,7 +325,17 @@ def _read_recipe(path: Path) -> Any:
     if path.is_relative_to(RECIPES_DIR):
         shown = Path(RECIPES_DIR.name) / path.relative_to(RECIPES_DIR)
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"recipe {shown}: cannot read it ({err.__class__.__name__})") from None
+    return parse_recipe_text(text, str(shown))
+
+
+def parse_recipe_text(text: str, shown: str) -> Any:
+    """A recipe's YAML; bad YAML is a ConfigError naming `shown` (the file or the upload), the
+    line and the column."""
+    try:
+        return yaml.safe_load(text)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
         where = "an unknown line"
@@ -333,8 +343,6 @@ def _read_recipe(path: Path) -> Any:
             where = f"line {mark.line + 1}, column {mark.column + 1}"
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
         raise ConfigError(f"recipe {shown}: invalid YAML at {where}: {problem}; fix it") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError(f"recipe {shown}: cannot read it ({err.__class__.__name__})") from None
 
 
 def load_run_config(

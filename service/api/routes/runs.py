@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Query, Request, status
 
-from service import crud
+from service import crud, crud_recipes
 from service.api.deps import (
     CurrentToken,
     Limit,
@@ -18,8 +18,10 @@ from service.api.deps import (
     Skip,
     TextFilter,
 )
+from service.api.routes.recipes import recipe_data
 from service.artifacts import ArtifactError, resolve_run_artifacts
 from service.errors import field_error
+from service.models import Token
 from service.schemas import (
     ErrorDetail,
     LogChunk,
@@ -43,7 +45,9 @@ def config_error(msg: str, loc: list[str | int]) -> HTTPException:
     return field_error(msg, ["body", *loc], "config_error")
 
 
-def resolve_config(run_in: RunCreate) -> Any:
+def resolve_config(run_in: RunCreate, session: SessionDep, token: Token) -> Any:
+    """The run's config: the token's uploaded recipe of that name, else the shipped one, then
+    `config` and `overrides` on top."""
     if run_in.recipe is None and run_in.config is None:
         raise config_error(
             "recipe: give a recipe name (e.g. 'grpo-toy') or a full config in 'config'", ["recipe"]
@@ -52,6 +56,16 @@ def resolve_config(run_in: RunCreate) -> Any:
         overrides = dict(run_in.overrides)
         if run_in.name is not None:
             overrides["name"] = run_in.name
+        mine = None
+        if run_in.recipe is not None:
+            mine = crud_recipes.get_recipe_by_name(
+                session=session, owner_id=token.id, name=run_in.recipe
+            )
+        if mine is not None:
+            data = recipe_data(mine.text, mine.name)
+            for k, v in (run_in.config or {}).items():
+                data[k] = v
+            return load_run_config(None, overrides, data=data)
         return load_run_config(run_in.recipe, overrides, data=run_in.config)
     except ConfigError as err:
         loc: list[str | int] = ["recipe"] if "recipe" in str(err)[:10] else ["config"]
@@ -89,7 +103,7 @@ def create_run(
     stored with the run; the launcher starts it when a slot is free. `model.path`,
     `teacher.model` and `env.tasks` name artifacts (GET /models, GET /task-sets), never host
     paths. 429 when the token already has its quota of runs queued or running."""
-    config = resolve_config(run_in)
+    config = resolve_config(run_in, session, token)
     try:
         config = resolve_run_artifacts(session, settings, token, config)
     except ArtifactError as err:
