@@ -21,18 +21,27 @@ def check(
         None, help="task dir (TB1/SETA/Harbor) or SWE-smith .json/.jsonl"
     ),
     all_: bool = typer.Option(False, "--all", help="every shipped fixture"),
+    hacks: bool = typer.Option(
+        False, "--hacks", help="run the shipped hack suite instead: every hack must earn 0"
+    ),
     backend: str = typer.Option("local", help="local | docker"),
     repos_dir: str = typer.Option(
         None, help="git mirrors for SWE-smith records (default: fixtures)"
     ),
     json_out: bool = typer.Option(False, "--json", help="print JSON; the last line is the summary"),
 ) -> None:
-    """Gold must earn 1 and a no-op 0; exit 1 otherwise."""
+    """Gold must earn 1 and a no-op 0 (--hacks: every hack must be defeated); exit 1 otherwise."""
     from sandbox.envs.check import check_all, check_path, summarize
     from sandbox.envs.swesmith import RecordError
     from sandbox.envs.terminal import TaskError
     from sandbox.executor import SandboxError, get_executor
 
+    if hacks:
+        if all_ or task_path:
+            typer.echo("--hacks runs the shipped hack suite: give no TASK_PATH or --all", err=True)
+            raise typer.Exit(2)
+        _check_hacks(backend, json_out)
+        return
     if not all_ and not task_path:
         typer.echo("give a TASK_PATH or --all", err=True)
         raise typer.Exit(2)
@@ -49,12 +58,42 @@ def check(
     if json_out:
         typer.echo(json.dumps(summary))
     else:
-        for d in details:
+        for d in summary["details"]:
             typer.echo(
                 f"{d['task']:<36} gold={d['gold_reward']:.2f} noop={d['noop_reward']:.2f}  {d['gold_reason']}"
             )
+        for d in summary["skipped"]:
+            typer.echo(f"{d['task']:<36} skipped: {d['reason']}")
         typer.echo(
             f"{summary['gold_ok']}/{summary['tasks']} gold ok, {summary['noop_ok']}/{summary['tasks']} no-op ok"
         )
     if not summary["gold_ok"] == summary["noop_ok"] == summary["tasks"]:
+        raise typer.Exit(1)
+
+
+def _check_hacks(backend: str, json_out: bool) -> None:
+    """`--hacks`: one line per hack (JSON with --json), the summary last; exit 1 unless every
+    hack is defeated."""
+    from sandbox.envs.hacks import run_hacks, summarize
+    from sandbox.executor import SandboxError, get_executor
+
+    try:
+        details = run_hacks(get_executor(backend))
+    except SandboxError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    summary = summarize(details)
+    for d in details:
+        if json_out:
+            typer.echo(
+                json.dumps({k: d[k] for k in ("name", "task", "reward", "defeated", "reason")})
+            )
+        else:
+            verdict = "defeated" if d["defeated"] else "NOT DEFEATED"
+            typer.echo(f"{d['name']:<28} {d['task']:<28} reward={d['reward']}  {verdict}")
+    if json_out:
+        typer.echo(json.dumps(summary | {"backend": backend}))
+    else:
+        typer.echo(f"{summary['defeated']}/{summary['hacks']} hacks defeated")
+    if summary["defeated"] != summary["hacks"]:
         raise typer.Exit(1)

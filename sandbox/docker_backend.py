@@ -22,6 +22,12 @@ killer is the only other source of SIGKILL).
 Every container carries the labels `thundersync.sandbox=1`, `thundersync.owner_pid`,
 `thundersync.owner_host` and `thundersync.owner_start` (the owner's process start time), so
 `sandbox.pool.cleanup_orphans()` can remove the containers of a crashed owner.
+
+`SessionSpec.exec_user = "root"` (terminal verifiers): `exec` runs as uid 0 with only the
+container's CHOWN / DAC_OVERRIDE / FOWNER capabilities and no-new-privileges; after the command
+every process but pid 1 and `sleep infinity` is killed (a root `kill -9 -1` would stop the
+container), and `reset` replaces the container (root may have written anywhere), so such a
+session is never reused dirty. The file tools still act as uid 65534.
 """
 
 from __future__ import annotations
@@ -35,24 +41,31 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from sandbox.docker_support import (  # noqa: F401  (ensure_podman_socket, _ping: re-exported)
+    LABEL,
     PODMAN_SOCKET,
     UID,
     _ping,
     _tar_of,
+    container_kwargs,
     ensure_podman_socket,
-    owner_labels,
 )
 from sandbox.executor import Backend, ExecResult, SandboxError, SessionSpec
 from sandbox.output import HeadTail
 
 DEFAULT_IMAGE = os.environ.get("THUNDERSYNC_SANDBOX_IMAGE", "thundersync-sandbox:bookworm")
-LABEL = "thundersync.sandbox"
 # after the command: SIGKILL every process of the sandbox user (the shell builtin needs no fork,
 # so it works with the pids limit exhausted; repeated for children forked during a pass)
 _EXEC_WRAPPER = (
     'timeout -k 2 "$1" bash -c "$2"; rc=$?; '
     "for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do kill -9 -1 2>/dev/null; done; "
     "exit $rc"
+)
+# root execs (verifiers): a root `kill -9 -1` would kill `sleep infinity` and stop the
+# container, so kill every pid but pid 1, the main process ($3) and this shell itself
+_ROOT_WRAPPER = (
+    'timeout -k 2 "$1" bash -c "$2"; rc=$?; [ -n "$3" ] && for i in 1 2 3 4 5; do '
+    'for p in /proc/[0-9]*; do p=${p#/proc/}; case " 1 $3 $$ " in *" $p "*) ;; '
+    '*) kill -9 "$p" 2>/dev/null;; esac; done; done; exit $rc'
 )
 _STAGE = "/run/tsrl-stage"  # root-owned 0711: put_file's bytes wait here under random names
 _WRAPPER_NAME = "tsrl-exec"  # $0 of the wrapper: its own errors read "tsrl-exec: 1: ..."
@@ -78,42 +91,39 @@ def _did_not_start(r: ExecResult | None) -> bool:
 
 class DockerSession:
     def __init__(self, client: Any, spec: SessionSpec, image: str) -> None:
-        from docker.types import Ulimit
+        self.client, self.spec, self.image = client, spec, spec.image or image
+        if spec.exec_user not in (None, "root"):
+            raise SandboxError(
+                f"SessionSpec.exec_user must be None (the sandbox user) or 'root', "
+                f"got {spec.exec_user!r}"
+            )
+        self._root = spec.exec_user == "root"
+        self._keep = ""  # pid of `sleep infinity`: root execs' cleanup must spare it
+        self._closed = False
+        self._start()
+        self._prepare()
 
-        self.client, self.spec = client, spec
-        lim = spec.limits
+    def _start(self) -> None:
         try:
-            self.container = client.containers.run(
-                spec.image or image,
-                ["sleep", "infinity"],
-                detach=True,
-                network_mode=None if spec.network else "none",
-                mem_limit=f"{lim.memory_mb}m",
-                memswap_limit=f"{lim.memory_mb}m",
-                nano_cpus=int(lim.cpus * 1e9),
-                pids_limit=lim.pids,
-                ulimits=[
-                    Ulimit(name="nofile", soft=4096, hard=4096),
-                    Ulimit(name="nproc", soft=4096, hard=4096),
-                    Ulimit(name="fsize", soft=lim.file_size_mb << 20, hard=lim.file_size_mb << 20),
-                ],
-                cap_drop=["ALL"],
-                # only for the root set-up execs; uid 65534 execs get no capabilities at all
-                cap_add=["CHOWN", "DAC_OVERRIDE", "FOWNER"],
-                security_opt=["no-new-privileges"],
-                labels={LABEL: "1", **owner_labels(), "thundersync.label": spec.label},
-                hostname="sandbox",
-                init=True,  # a reaping pid 1 (zombies of killed processes must not pin pids)
+            self.container = self.client.containers.run(
+                self.image, ["sleep", "infinity"], detach=True, **container_kwargs(self.spec)
             )
         except Exception as e:
             hint = ""
             if "init" in str(e) or "catatonit" in str(e):
                 hint = " (podman needs catatonit for init=True: apt-get install catatonit)"
-            raise SandboxError(
-                f"could not start a container from {spec.image or image!r}: {e}{hint}"
-            ) from e
-        self._closed = False
-        self.reset()
+            raise SandboxError(f"could not start a container from {self.image!r}: {e}{hint}") from e
+        self._find_main()
+
+    def _find_main(self) -> None:
+        """Root sessions: note pid 1's only child (`sleep infinity`) so that the cleanup after a
+        root exec kills everything else (a root `kill -9 -1` would stop the container)."""
+        if not self._root:
+            return
+        with contextlib.suppress(Exception):
+            code, out = self.container.exec_run(["cat", "/proc/1/task/1/children"], user="0")
+            pids = out.decode().split() if code == 0 else []
+            self._keep = pids[0] if len(pids) == 1 and pids[0].isdigit() else ""
 
     @property
     def workdir_inside(self) -> str:
@@ -134,7 +144,15 @@ class DockerSession:
 
     def reset(self) -> None:
         """Back to a fresh session: no process of the sandbox user left, nothing it wrote
-        anywhere (task and scratch dirs, /tmp, /var/tmp, /dev/shm, ...), task dir re-copied."""
+        anywhere (task and scratch dirs, /tmp, /var/tmp, /dev/shm, ...), task dir re-copied.
+        A root session (`exec_user`) gets a new container: root may have written anywhere."""
+        if self._root:
+            with contextlib.suppress(Exception):
+                self.container.remove(force=True)
+            self._start()
+        self._prepare()
+
+    def _prepare(self) -> None:
         self._kill_leftovers()
         dirs = [self.spec.mount_at, *self.spec.scratch]
         q = " ".join(f"'{d}'" for d in dirs)
@@ -184,7 +202,10 @@ class DockerSession:
     def _exec_once(self, cmd: str, timeout: float, env: dict[str, str] | None) -> ExecResult:
         api = self.client.api
         seconds = str(max(1, int(timeout + 0.999)))
-        wrapped = ["sh", "-c", _EXEC_WRAPPER, _WRAPPER_NAME, seconds, cmd]
+        if self._root:
+            wrapped = ["sh", "-c", _ROOT_WRAPPER, _WRAPPER_NAME, seconds, cmd, self._keep]
+        else:
+            wrapped = ["sh", "-c", _EXEC_WRAPPER, _WRAPPER_NAME, seconds, cmd]
         environment = {"HOME": "/tmp", "LANG": "C.UTF-8", **self.spec.env, **(env or {})}
         cap = self.spec.limits.output_bytes
         out, err = HeadTail(cap), HeadTail(cap)
@@ -193,7 +214,7 @@ class DockerSession:
             eid = api.exec_create(
                 self.container.id,
                 wrapped,
-                user=f"{UID}:{UID}",
+                user="0:0" if self._root else f"{UID}:{UID}",
                 workdir=self.spec.mount_at,
                 environment=environment,
             )["Id"]
@@ -278,6 +299,7 @@ class DockerSession:
             raise SandboxError(f"container {self.container.id[:12]} did not restart: {e}") from e
         for _ in range(100):  # until the restarted container accepts execs again
             if self._try_exec(["true"], f"{UID}:{UID}", polls=40) == 0:
+                self._find_main()
                 return
             time.sleep(0.1)
         raise SandboxError(f"container {self.container.id[:12]} accepts no exec after a restart")

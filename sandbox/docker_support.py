@@ -1,4 +1,4 @@
-"""Helpers of the docker backend: the engine socket, owner labels, tar archives."""
+"""Helpers of the docker backend: the engine socket, owner labels, container options, tars."""
 
 from __future__ import annotations
 
@@ -9,11 +9,13 @@ import subprocess
 import tarfile
 import time
 from pathlib import Path
+from typing import Any
 
-from sandbox.executor import SandboxError
+from sandbox.executor import SandboxError, SessionSpec
 
 PODMAN_SOCKET = "/run/podman/podman.sock"
 UID = 65534
+LABEL = "thundersync.sandbox"
 
 
 def ensure_podman_socket(path: str = PODMAN_SOCKET, idle_s: int = 600) -> str:
@@ -79,4 +81,31 @@ def owner_labels() -> dict[str, str]:
         "thundersync.owner_pid": str(o.pid),
         "thundersync.owner_host": o.host,
         "thundersync.owner_start": f"{o.start:.2f}",
+    }
+
+
+def container_kwargs(spec: SessionSpec) -> dict[str, Any]:
+    """`containers.run` options of a session's container (see `sandbox.docker_backend`)."""
+    from docker.types import Ulimit
+
+    lim = spec.limits
+    fsize = lim.file_size_mb << 20
+    return {
+        "network_mode": None if spec.network else "none",
+        "mem_limit": f"{lim.memory_mb}m",
+        "memswap_limit": f"{lim.memory_mb}m",
+        "nano_cpus": int(lim.cpus * 1e9),
+        "pids_limit": lim.pids,
+        "ulimits": [
+            Ulimit(name="nofile", soft=4096, hard=4096),
+            Ulimit(name="nproc", soft=4096, hard=4096),
+            Ulimit(name="fsize", soft=fsize, hard=fsize),
+        ],
+        "cap_drop": ["ALL"],
+        # for the root execs (set-up; a verifier's `exec_user="root"`); uid 65534 execs get none
+        "cap_add": ["CHOWN", "DAC_OVERRIDE", "FOWNER"],
+        "security_opt": ["no-new-privileges"],
+        "labels": {LABEL: "1", **owner_labels(), "thundersync.label": spec.label},
+        "hostname": "sandbox",
+        "init": True,  # a reaping pid 1 (zombies of killed processes must not pin pids)
     }

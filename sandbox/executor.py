@@ -55,6 +55,11 @@ class SessionSpec:
     # extra absolute directories that must exist, writable and persistent for the session
     # (e.g. "/tests", "/logs/verifier" for Terminal-Bench verifiers)
     scratch: tuple[str, ...] = ()
+    # who runs `exec`: None = the unprivileged sandbox user (uid 65534: agents always); "root" =
+    # uid 0 in the container on the docker backend (verifiers), whose container is replaced on
+    # reset instead of reused. The local backend ignores it (bubblewrap has no root: uid 65534).
+    # File tools act as the sandbox user either way.
+    exec_user: str | None = None
 
 
 @dataclass

@@ -64,6 +64,7 @@ def spec_key(backend: Backend | str, spec: SessionSpec) -> tuple[Any, ...]:
         tuple(sorted(spec.env.items())),
         spec.label,
         tuple(spec.scratch),
+        spec.exec_user,
     )
 
 

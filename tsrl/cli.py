@@ -14,6 +14,7 @@ from pathlib import Path
 
 import typer
 
+import tsrl.cli_data  # noqa: F401  (registers `tsrl data`)
 from tsrl.cli_groups import app, model_app
 from tsrl.config import Arch, ConfigError, RunConfig, load_run_config, parse_set_overrides
 

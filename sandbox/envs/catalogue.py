@@ -9,7 +9,8 @@ process-wide session pool is at least that big, see `sandbox.envs.base`).
              `env.tool_seconds` each
 - swe-smith  one `thundersync-swesmith` task per record of `env.tasks` (default: the fixtures)
 - terminal   one `thundersync-terminal` task per task directory under `env.tasks` (default:
-             the fixtures)
+             the fixtures; on the local backend without those whose Dockerfile adds to the
+             image, which only the docker backend builds: `sandbox.images.local_gap`)
 Config validation already rejects an unknown `env.name`; a name without an entry here is a bug
 (the test suite checks every `EnvName` has one).
 """
@@ -63,12 +64,15 @@ def swe_smith_tasks(cfg: RunConfig) -> list[TaskRef]:
 
 def terminal_tasks(cfg: RunConfig) -> list[TaskRef]:
     from sandbox.envs import fixtures
+    from sandbox.envs.terminal import load_task
+    from sandbox.images import local_gap
 
-    dirs = (
-        sorted(p for p in Path(cfg.env.tasks).iterdir() if p.is_dir())
-        if cfg.env.tasks
-        else fixtures.terminal_tasks()
-    )
+    if cfg.env.tasks:
+        dirs = sorted(p for p in Path(cfg.env.tasks).iterdir() if p.is_dir())
+    else:  # a local run cannot solve a fixture that needs its built image: leave those out
+        dirs = fixtures.terminal_tasks()
+        if str(cfg.env.sandbox) == "local":
+            dirs = [d for d in dirs if not local_gap(load_task(d).dockerfile)]
     extras = _sandbox_extras(cfg) | {"max_turns": cfg.rollout.max_turns}
     return [TaskRef(d.name, EnvId.TERMINAL.value, extras | {"task": str(d)}) for d in dirs]
 

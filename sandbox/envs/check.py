@@ -2,6 +2,9 @@
 
 Both go through the real environments (tool calls, submit, verifier in the sandbox), so a
 check failing means the task, the verifier or the sandbox is broken - not the agent.
+On the local backend (which builds no Dockerfile) a terminal task whose Dockerfile adds to the
+image (`sandbox.images.local_gap`) is not run: it is listed in the summary's "skipped" with the
+reason (check it with --backend docker) and counted in neither "tasks" nor "details".
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from sandbox.envs.swesmith import SweInstance, load_instances
 from sandbox.envs.swesmith_env import SWESmithEnv
 from sandbox.envs.terminal import load_task
 from sandbox.envs.terminal_env import TerminalEnv
-from sandbox.executor import Executor
+from sandbox.executor import Backend, Executor
+from sandbox.images import local_gap
 
 
 def _gold_and_noop(
@@ -72,7 +76,9 @@ def check_swe(
 def check_terminal(path: Path, executor: Executor) -> dict[str, Any]:
     t0 = time.monotonic()
     task = load_task(path)
-
+    gap = local_gap(task.dockerfile) if Backend(executor.backend) is Backend.LOCAL else None
+    if gap:
+        return {"task": task.name, "kind": task.layout.value, "skipped": f"needs docker: {gap}"}
     solution = task.solution
 
     def gold(env: ToolEnv) -> str:
@@ -106,9 +112,11 @@ def check_all(executor: Executor) -> list[dict[str, Any]]:
 
 
 def summarize(details: list[dict[str, Any]]) -> dict[str, Any]:
+    ran = [d for d in details if "skipped" not in d]
     return {
-        "tasks": len(details),
-        "gold_ok": sum(1 for d in details if d["gold_reward"] == 1.0),
-        "noop_ok": sum(1 for d in details if d["noop_reward"] == 0.0),
-        "details": details,
+        "tasks": len(ran),
+        "gold_ok": sum(1 for d in ran if d["gold_reward"] == 1.0),
+        "noop_ok": sum(1 for d in ran if d["noop_reward"] == 0.0),
+        "details": ran,
+        "skipped": [{"task": d["task"], "reason": d["skipped"]} for d in details if d not in ran],
     }

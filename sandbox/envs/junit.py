@@ -72,6 +72,19 @@ def parse_junit(data: bytes) -> dict[tuple[str, str], Status]:
     return out
 
 
+def check_runner_agrees(report: dict[tuple[str, str], Status], exit_code: int, runner: str) -> None:
+    """The report must be the runner's own: pytest exits nonzero only when a test failed or it
+    broke, so a report without a failing test from a runner that exited nonzero was written by
+    something else (code under test rewriting it at exit, or a planted file pytest could not
+    overwrite). ReportError, so it never earns a reward."""
+    failing = any(s in (Status.FAILED, Status.ERROR) for s in report.values())
+    if exit_code != 0 and not failing:
+        raise ReportError(
+            f"{runner} exited {exit_code} but its report lists no failing test: the report is not "
+            "the runner's own, so it is not trusted"
+        )
+
+
 def statuses_for(ids: list[str], report: dict[tuple[str, str], Status]) -> dict[str, Status]:
     """Status of each pytest node id found in `report` (missing ids are left out)."""
     return {i: report[node_key(i)] for i in ids if node_key(i) in report}

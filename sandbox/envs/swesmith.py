@@ -9,18 +9,27 @@ repository) and grading runs on the squashed tree of `instance_id~1` (the bug wi
 so neither `git show HEAD~1:...` nor `git apply -R` of the bug diff is possible. Grading
 (`sandbox.envs.swesmith_eval`) reads a JUnit report, never lines of the output;
 `parse_pytest_log` stays for logs of other harnesses.
+Instance images (SWE-smith's published layout: the clean repo at /testbed, its environment
+installed): `export_image_dir` copies the image's repo (no .git) out of a never-started
+container, and `instance_tree` turns it into the same one-commit trees (bug applied; the agent's
+without the FAIL_TO_PASS files), so an image's history cannot leak the bug either.
 swebench / swesmith themselves are not dependencies (they pull docker-image tooling and
 dataset stacks); the parser is re-implemented and tested on their documented log format.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
 import subprocess
+import tarfile
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+from typing import Any
 
 from sandbox.envs.junit import Status
 
@@ -43,6 +52,7 @@ class SweInstance:
     problem_statement: str = ""
     image_name: str = ""
     source: str = ""
+    repos_dir: str = ""  # where this record's mirror lives (`tsrl data import --repos-dir`)
 
     @property
     def repo_name(self) -> str:
@@ -85,8 +95,9 @@ def parse_record(rec: object, where: str) -> SweInstance:
         fail_to_pass=f2p,
         pass_to_pass=_as_list(rec["PASS_TO_PASS"], where, "PASS_TO_PASS"),
         problem_statement=str(rec.get("problem_statement", "")),
-        image_name=str(rec.get("image_name", "")),
+        image_name=str(rec.get("image_name") or ""),
         source=where,
+        repos_dir=str(rec.get("repos_dir") or ""),
     )
 
 
@@ -176,6 +187,103 @@ def squashed_checkout(mirror: Path, ref: str, dest: Path) -> Path:
         raise RecordError(f"git archive {ref} failed in {mirror}: {archive.stderr.decode()[-300:]}")
     subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
     git(dest, "init", "-q")
+    git(dest, "add", "-A")
+    git(dest, "commit", "-q", "--allow-empty", "-m", "Initial commit")
+    return dest
+
+
+# ---- instance images ---------------------------------------------------------------------------
+class ImageMissing(RecordError):
+    """The record's image is not on this machine (nothing is pulled from the network)."""
+
+
+def require_image(client: Any, inst: SweInstance) -> Any:
+    """The docker SDK image of `inst.image_name`, or `ImageMissing` naming the fix."""
+    import docker.errors
+
+    try:
+        return client.images.get(inst.image_name)
+    except docker.errors.ImageNotFound:
+        raise ImageMissing(
+            f"{inst.source}: instance {inst.instance_id!r} needs image {inst.image_name!r}, "
+            "which is not on this machine; build it (swesmith's profile build_image, or "
+            f"`docker build -t {inst.image_name} ...`) or pull it (`docker pull "
+            f"{inst.image_name}`) first: nothing is pulled from the network here"
+        ) from None
+
+
+def _skip_unsafe(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
+    try:  # links out of the tree, devices: dropped rather than failing the whole export
+        return tarfile.data_filter(member, dest)
+    except tarfile.FilterError:
+        return None
+
+
+@contextlib.contextmanager
+def _created(client: Any, image: str) -> Iterator[Any]:
+    """A created, never started container of `image`: its filesystem is read, nothing runs."""
+    from sandbox.docker_support import owner_labels
+
+    labels = {"thundersync.sandbox": "1", **owner_labels(), "thundersync.label": "swe-export"}
+    ct = client.containers.create(image, ["true"], network_mode="none", labels=labels)
+    try:
+        yield ct
+    finally:
+        ct.remove(force=True)
+
+
+def export_image_dir(client: Any, image: str, path: str, dest: Path) -> bool:
+    """Copy `path` of `image` (its files, no `.git`) to `dest`; False when the image lacks it."""
+    import docker.errors
+
+    with _created(client, image) as ct:
+        try:
+            stream, _ = ct.get_archive(path)
+        except docker.errors.NotFound:
+            return False
+        prefix = PurePosixPath(path).name + "/"
+        with tempfile.TemporaryFile() as spool:  # repositories can be large: not in memory
+            for chunk in stream:
+                spool.write(chunk)
+            spool.seek(0)
+            with tarfile.open(fileobj=spool) as tar:
+                members = []
+                for m in tar:
+                    rel = m.name[len(prefix) :] if m.name.startswith(prefix) else ""
+                    if rel and rel != ".git" and not rel.startswith(".git/"):
+                        m.name = rel
+                        members.append(m)
+                dest.mkdir(parents=True, exist_ok=True)
+                tar.extractall(dest, members=members, filter=_skip_unsafe)
+    return True
+
+
+def image_has(client: Any, image: str, path: str) -> bool:
+    import docker.errors
+
+    with _created(client, image) as ct:
+        try:
+            ct.get_archive(path)[0].close()
+        except docker.errors.NotFound:
+            return False
+    return True
+
+
+def instance_tree(base: Path, inst: SweInstance, dest: Path, *, hide_tests: bool) -> Path:
+    """`base` (the image's clean repo) with the bug applied, as ONE commit of a fresh
+    repository; `hide_tests` also removes the FAIL_TO_PASS test files (the agent's tree)."""
+    shutil.copytree(base, dest, symlinks=True)
+    git(dest, "init", "-q")
+    try:
+        git(dest, "apply", "--whitespace=nowarn", "-", input_text=inst.patch)
+    except RecordError as e:
+        raise RecordError(
+            f"{inst.source}: the patch of {inst.instance_id!r} does not apply to the repo in "
+            f"image {inst.image_name!r} ({e}); is image_name the image of this repo/commit?"
+        ) from None
+    if hide_tests:
+        for f in sorted({t.split("::")[0] for t in inst.fail_to_pass}):
+            (dest / f).unlink(missing_ok=True)
     git(dest, "add", "-A")
     git(dest, "commit", "-q", "--allow-empty", "-m", "Initial commit")
     return dest

@@ -3,7 +3,8 @@
 extras:
   instance       a record dict, or an instance_id looked up in `instances_path`
   instances_path JSON / JSONL of records (default: the shipped fixtures)
-  repos_dir      directory of git mirrors named after the record's repo (default: fixture mirrors)
+  repos_dir      directory of git mirrors named after the record's repo (default: the record's
+                 `repos_dir`, relative to its task set file, else the fixture mirrors)
   eval_timeout   (300 s); and those of `sandbox.envs.base` (backend, max_turns 30, tool_timeout 60)
 The agent works in /testbed on the instance branch's tree (the failing tests removed) as the
 one commit of a fresh repository: no history holds the bug diff or the hidden tests. Tools and
@@ -12,18 +13,24 @@ work tree is taken, the agent's session given back, and the diff graded in a fre
 the squashed tree of the bug commit with its tests (see `sandbox.envs.swesmith_eval.evaluate`):
 reward 1 or 0, the reason in metadata["grade"]. Both trees are per-process squashed checkouts
 (`Workspaces`), shared by every env of the instance, so the pool reuses their sessions.
+On the docker backend both sessions run the record's `image_name` (missing: `ImageMissing` naming
+the instance, the image and the fix); when that image holds the repo at /testbed (SWE-smith's
+layout) both trees come from it (`instance_tree`: bug applied, no image history) instead of the
+mirror, and a conda env `testbed` in the image leads PATH. The local backend ignores image_name.
 """
 
 from __future__ import annotations
 
 import atexit
 import hashlib
+import logging
 import re
 import shutil
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import asdict
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from skyrl_gym.envs.base_text_env import ConversationType
@@ -32,15 +39,20 @@ from sandbox.envs.base import ToolEnv
 from sandbox.envs.swesmith import (
     RecordError,
     SweInstance,
+    export_image_dir,
+    image_has,
+    instance_tree,
     load_instances,
     parse_record,
+    require_image,
     squashed_checkout,
 )
 from sandbox.envs.swesmith_eval import REPORT_DIR, Grade, evaluate
+from sandbox.envs.swesmith_profiles import CONDA_ENV, CONDA_ENV_BIN, DEFAULT_PATH, IMAGE_REPO_DIR
 from sandbox.envs.tools import TOOL_HELP
-from sandbox.executor import Session, SessionSpec
+from sandbox.executor import Backend, SandboxError, Session, SessionSpec
 
-MOUNT = "/testbed"
+MOUNT = IMAGE_REPO_DIR  # the agent's repo is where SWE-smith images keep it
 
 
 class Workspaces:
@@ -57,17 +69,22 @@ class Workspaces:
         self._holds: dict[Path, int] = {}  # in use order: the last is the most recent
         self._root: Path | None = None
 
-    def _path(self, mirror: Path, ref: str) -> Path:
+    def root(self) -> Path:
         with self._lock:
             if self._root is None:
                 self._root = Path(tempfile.mkdtemp(prefix="tsrl-swe-"))
                 atexit.register(shutil.rmtree, self._root, True)
-            root = self._root
-        digest = hashlib.sha256(f"{mirror.resolve()}\0{ref}".encode()).hexdigest()[:12]
-        return root / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', ref)[:60]}-{digest}"
+            return self._root
 
     def acquire(self, mirror: Path, ref: str) -> Path:
-        path = self._path(mirror, ref)
+        return self.acquire_built(
+            f"{mirror.resolve()}\0{ref}", ref, lambda dest: squashed_checkout(mirror, ref, dest)
+        )
+
+    def acquire_built(self, key: str, name: str, build: Callable[[Path], object]) -> Path:
+        """The tree `build(dest)` makes for `key`, built on first use (see `acquire`)."""
+        digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+        path = self.root() / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', name)[:60]}-{digest}"
         with self._lock:
             self._holds[path] = self._holds.pop(path, 0) + 1
             ready = path.exists()
@@ -75,7 +92,7 @@ class Workspaces:
             return path
         tmp = Path(tempfile.mkdtemp(prefix=".clone-", dir=path.parent))
         try:
-            squashed_checkout(mirror, ref, tmp / "repo")
+            build(tmp / "repo")
             with self._lock:
                 if not path.exists():
                     (tmp / "repo").rename(path)
@@ -96,6 +113,45 @@ class Workspaces:
 
 
 WORKSPACES = Workspaces()
+_IMAGES: dict[str, tuple[Path | None, dict[str, str]]] = {}  # image id -> (repo tree, env)
+_IMAGES_LOCK = threading.Lock()
+log = logging.getLogger(__name__)
+
+
+def image_layout(client: Any, inst: SweInstance) -> tuple[str, Path | None, dict[str, str]]:
+    """(image id, the image's clean repo exported once per process or None when the image has
+    no repo at /testbed, the session env: PATH with the conda env first when the image has it)."""
+    img = require_image(client, inst)
+    with _IMAGES_LOCK:
+        if img.id not in _IMAGES:
+            env: dict[str, str] = {}
+            if image_has(client, img.id, f"{CONDA_ENV_BIN}/python"):
+                pairs = (e.split("=", 1) for e in (img.attrs.get("Config") or {}).get("Env") or [])
+                path = dict(p for p in pairs if len(p) == 2).get("PATH", DEFAULT_PATH)
+                env = {"PATH": f"{CONDA_ENV_BIN}:{path}", "CONDA_DEFAULT_ENV": CONDA_ENV}
+            dest = WORKSPACES.root() / f"image-{img.id.split(':')[-1][:16]}"
+            shutil.rmtree(dest, ignore_errors=True)
+            has_repo = export_image_dir(client, img.id, IMAGE_REPO_DIR, dest)
+            _IMAGES[img.id] = (dest if has_repo else None, env)
+        tree, env = _IMAGES[img.id]
+    return img.id, tree, env
+
+
+def record_repos(inst: SweInstance) -> Path | None:
+    """A record's `repos_dir`: relative to its task set's directory and inside it, so a task
+    set (an uploaded one too) can only name mirrors that travel with it."""
+    if not inst.repos_dir:
+        return None
+    rel = PurePosixPath(inst.repos_dir)
+    if rel.is_absolute() or ".." in rel.parts:
+        raise RecordError(
+            f"{inst.source}: field 'repos_dir' must be a relative path inside the task set's "
+            f"directory, not {inst.repos_dir!r} (`tsrl data import --repos-dir` writes one)"
+        )
+    source = Path(re.sub(r"(:\d+|\[\d+\])$", "", inst.source))
+    if not source.is_file():
+        raise RecordError(f"{inst.source}: field 'repos_dir' needs the record's task set file")
+    return source.parent / rel
 
 
 class SWESmithEnv(ToolEnv):
@@ -104,18 +160,42 @@ class SWESmithEnv(ToolEnv):
         super().__init__(extras)
         from sandbox.envs import fixtures
 
-        self.instance = self._resolve(extras, fixtures.SWESMITH_INSTANCES)
-        repos = extras.get("repos_dir")
-        self.repos_dir = Path(repos) if repos else fixtures.fixture_mirrors()
-        self.mirror = self.repos_dir / self.instance.repo_name
-        if not (self.mirror / ".git").exists() and not (self.mirror / "HEAD").exists():
-            raise RecordError(
-                f"{self.instance.source}: repo {self.instance.repo!r} has no git mirror at "
-                f"{self.mirror}; pass extras['repos_dir'] holding <repo name>/ mirrors"
-            )
+        self.instance = inst = self._resolve(extras, fixtures.SWESMITH_INSTANCES)
         self.eval_timeout = float(extras.get("eval_timeout", 300))
         self._workspaces: dict[str, Path] = {}
         self.grade: Grade | None = None
+        # docker: the record's image runs both sessions; its repo (when it has one) is the tree
+        self.image: str | None = None
+        self.image_tree: Path | None = None
+        self._image_id = ""
+        self._session_env: dict[str, str] = {}
+        docker = str(getattr(self.backend, "backend", self.backend)) == Backend.DOCKER.value
+        if inst.image_name and docker:
+            client = getattr(self.pool.executor, "client", None)
+            if client is None:
+                raise SandboxError(f"{inst.source}: the docker executor has no docker client")
+            self.image = inst.image_name
+            self._image_id, self.image_tree, self._session_env = image_layout(client, inst)
+        elif inst.image_name:
+            log.info(
+                "%s: image_name %r is not used on the local backend", inst.source, inst.image_name
+            )
+        repos = extras.get("repos_dir")
+        self.repos_dir = Path(repos) if repos else record_repos(inst) or fixtures.fixture_mirrors()
+        self.mirror = self.repos_dir / inst.repo_name
+        has_mirror = (self.mirror / ".git").exists() or (self.mirror / "HEAD").exists()
+        if self.image_tree is None and not has_mirror:
+            why = (
+                f"image {self.image!r} has no repo at {IMAGE_REPO_DIR}"
+                if self.image
+                else f"image_name {inst.image_name!r} is not used on the local backend"
+                if inst.image_name
+                else "the record names no image"
+            )
+            raise RecordError(
+                f"{inst.source}: repo {inst.repo!r} has no git mirror at {self.mirror} ({why}); "
+                "pass extras['repos_dir'] holding <repo name>/ mirrors"
+            )
 
     @staticmethod
     def _resolve(extras: dict[str, Any], default_path: Path) -> SweInstance:
@@ -130,15 +210,31 @@ class SWESmithEnv(ToolEnv):
             raise RecordError(f"{path}: no record with instance_id {inst!r}")
         raise RecordError("extras['instance'] must be a SWE-smith record (dict) or an instance_id")
 
-    def _spec(self, label: str) -> SessionSpec:
-        """The agent's tree (the instance branch) or, for "swe-eval", the bug commit's tree
+    def _tree(self, label: str) -> Path:
+        """The agent's tree (the bug, its failing tests removed) or, for "swe-eval", the bug
         with the instance's tests; either as a one-commit repository."""
-        ref = self.instance.instance_id + ("~1" if label == "swe-eval" else "")
-        if ref not in self._workspaces:
-            self._workspaces[ref] = WORKSPACES.acquire(self.mirror, ref)
+        inst, hide = self.instance, label != "swe-eval"
+        base = self.image_tree
+        if base is None:
+            return WORKSPACES.acquire(self.mirror, inst.instance_id + ("" if hide else "~1"))
+        digest = hashlib.sha256(f"{inst.patch}\0{inst.fail_to_pass}".encode()).hexdigest()
+        return WORKSPACES.acquire_built(
+            f"image\0{self._image_id}\0{inst.instance_id}\0{digest}\0{hide}",
+            inst.instance_id + ("" if hide else "-eval"),
+            lambda dest: instance_tree(base, inst, dest, hide_tests=hide),
+        )
+
+    def _spec(self, label: str) -> SessionSpec:
+        if label not in self._workspaces:
+            self._workspaces[label] = self._tree(label)
         scratch = (REPORT_DIR,) if label == "swe-eval" else ()
         return SessionSpec(
-            workdir=self._workspaces[ref], mount_at=MOUNT, label=label, scratch=scratch
+            workdir=self._workspaces[label],
+            mount_at=MOUNT,
+            image=self.image,
+            env=dict(self._session_env),
+            label=label,
+            scratch=scratch,
         )
 
     def prompt(self) -> ConversationType:

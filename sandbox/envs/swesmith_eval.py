@@ -8,7 +8,8 @@
   `usercustomize` / `.pth` files, or pytest options (`addopts`, `[tool:pytest]`,
   `[tool.pytest...]`, `-p`) in setup.cfg / pyproject.toml / tox.ini / pytest.ini / .pytest.ini;
 - the patch is applied by the harness (git apply, then `--reject`, then `patch --fuzz=5`),
-  every test file is restored to the instance's state, and pytest writes a JUnit report to an
+  every test file is restored to the instance's state, and the repo profile's test command
+  (`sandbox.envs.swesmith_profiles`, pytest) writes a JUnit report to an
   unguessable path outside the repository (`sandbox.envs.junit`): test results come only from
   it, never from the output stream, so printed `PASSED <id>` lines earn nothing;
 - reasons say what happened: "n of m FAIL_TO_PASS failed: ...", "apply failed: ...",
@@ -23,8 +24,16 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from sandbox.envs.junit import ReportError, Status, parse_junit, report_path, statuses_for
+from sandbox.envs.junit import (
+    ReportError,
+    Status,
+    check_runner_agrees,
+    parse_junit,
+    report_path,
+    statuses_for,
+)
 from sandbox.envs.swesmith import END_MARKER, START_MARKER, SweInstance
+from sandbox.envs.swesmith_profiles import ACTIVATE, RepoProfile, profile_for
 from sandbox.executor import ExecResult, Session
 
 REPORT_DIR = "/logs"  # a scratch dir of the eval session, outside the repository
@@ -107,15 +116,21 @@ def grade(inst: SweInstance, statuses: dict[str, Status]) -> Grade:
     return Grade(False, 0.0, "; ".join(parts), f2p, p2p)
 
 
-def eval_script(inst: SweInstance, report: str) -> str:
+def eval_script(inst: SweInstance, report: str, profile: RepoProfile | None = None) -> str:
+    """The repo's profile test command on the instance's test files, in the image's Python
+    environment when it has one (SWE-smith's conda env `testbed`)."""
+    profile = profile or profile_for(inst)
     files = " ".join(shlex.quote(f) for f in inst.test_files)
     return f"""#!/bin/bash
 set -uxo pipefail
 cd "$(dirname "$0")/.."
 git checkout -q HEAD -- {files}
+{ACTIVATE}
 : '{START_MARKER}'
-python3 -m pytest -rA -p no:cacheprovider --junitxml={report} {files}
+{profile.command(inst.test_files, report)}
+rc=$?
 : '{END_MARKER}'
+exit $rc
 """
 
 
@@ -164,7 +179,7 @@ def evaluate(session: Session, inst: SweInstance, model_patch: str, timeout: flo
     try:
         if data is None:
             raise ReportError("no test report")
-        statuses = statuses_for(inst.fail_to_pass + inst.pass_to_pass, parse_junit(data))
+        parsed = parse_junit(data)
     except ReportError as e:
         return Grade(
             False,
@@ -172,6 +187,11 @@ def evaluate(session: Session, inst: SweInstance, model_patch: str, timeout: flo
             f"eval failed before tests ran ({e}): {_tail(r)}",
             dropped_test_edits=dropped,
         )
+    try:
+        check_runner_agrees(parsed, r.exit_code, "the test command")
+    except ReportError as e:
+        return Grade(False, 0.0, f"{e}: {_tail(r)}", dropped_test_edits=dropped)
+    statuses = statuses_for(inst.fail_to_pass + inst.pass_to_pass, parsed)
     g = grade(inst, statuses)
     g.dropped_test_edits = dropped
     if not patch.strip():

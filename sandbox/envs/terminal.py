@@ -16,9 +16,15 @@ with no allowed_hosts, which denies all egress: the sandbox cannot limit egress 
 older allow_internet (bool); [agent] / [verifier] network_mode override it for their phase. Both
 unset: network off (Harbor's default is on; tasks here must run offline unless they ask).
 The agent works in /app, seeded from `app/` (TB1) or `environment/app/` (Harbor) when present.
-Dockerfiles are *not* built: tasks run on the sandbox base (python3, pytest, git); the docker
-backend uses the task image only when `image` is given. The verifier runs in a session of its
-own after the agent's (`sandbox.envs.terminal_verify`): tests are copied in only then.
+Images: on the docker backend the task's Dockerfile (TB1 / SETA: `Dockerfile` at the task root,
+context the task root; Harbor: `environment/Dockerfile`, context environment/) is built once per
+build context by `sandbox.images.ensure_image` (tag `tsrl-task-<name>:<hash12>`, nothing pulled)
+and both the agent's and the verifier's sessions run in it. The local backend builds nothing:
+tasks run on the sandbox base (python3, pytest, git) and the env's init metadata says so
+(`sandbox.images.local_gap`: a Dockerfile that adds to the image then needs --backend docker).
+The verifier runs in a session of its own after the agent's (`sandbox.envs.terminal_verify`):
+tests are copied in only then; it runs as root (`SessionSpec.exec_user`), as TB1 and Harbor
+runners expect, on the docker backend (the local backend keeps uid 65534); the agent never does.
 """
 
 from __future__ import annotations
@@ -76,20 +82,36 @@ class TerminalTask:
         seed = self.path / ("app" if self.layout is Layout.TB1 else "environment/app")
         return seed if seed.is_dir() else None
 
-    def session_spec(self) -> SessionSpec:
+    @property
+    def dockerfile(self) -> Path | None:
+        """The task's Dockerfile (built on the docker backend only), None when it has none."""
+        f = self.path / ("Dockerfile" if self.layout is Layout.TB1 else "environment/Dockerfile")
+        return f if f.is_file() else None
+
+    @property
+    def build_context(self) -> Path:
+        return self.path if self.layout is Layout.TB1 else self.path / "environment"
+
+    def session_spec(self, image: str | None = None) -> SessionSpec:
+        """The agent's session (as the unprivileged sandbox user), in `image` when given."""
         return SessionSpec(
             workdir=self.app_seed,
             mount_at=APP,
+            image=image,
             network=self.network,
             limits=self.limits,
             scratch=SCRATCH,
             label=f"term-{self.name}",
         )
 
-    def verify_spec(self) -> SessionSpec:
-        """The verifier's own session: an empty /app (the agent's is restored into it)."""
+    def verify_spec(self, image: str | None = None) -> SessionSpec:
+        """The verifier's own session: an empty /app (the agent's is restored into it), the
+        same image as the agent's, execs as root (TB1 / Harbor runners may install tools or
+        write /data, /output; the docker backend replaces such a container on reset)."""
         return SessionSpec(
             mount_at=APP,
+            image=image,
+            exec_user="root",
             network=self.network if self.verifier_network is None else self.verifier_network,
             limits=self.limits,
             scratch=SCRATCH,

@@ -7,6 +7,9 @@ max_turns) the agent's /app is packed, its session given back (no process of it 
 the verifier runs in a fresh session of the task's `verify_spec()` with the task's own tests
 (`sandbox.envs.terminal_verify`); its reward in [0, 1] ends the episode (metadata["verdict"]
 says why). Sessions come from the pool, so envs of one task reuse each other's (reset between).
+Image: on the docker backend both sessions run in the task's image built from its Dockerfile
+(`sandbox.images.ensure_image`, once per build context; init metadata["image"]); on the local
+backend nothing is built and metadata["image_note"] says so (and why the task may need docker).
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ from sandbox.envs.terminal import (
     verify,
 )
 from sandbox.envs.tools import TOOL_HELP
-from sandbox.executor import Session
+from sandbox.executor import Backend, Session
+from sandbox.images import ensure_image, local_gap
 
 
 class TerminalEnv(ToolEnv):
@@ -41,6 +45,25 @@ class TerminalEnv(ToolEnv):
             else load_task(extras["task"])
         )
         self.verdict: Verdict | None = None
+        self._image: str | None = None  # the built task image (docker backend), once known
+
+    def image(self) -> str | None:
+        """The task's image on the docker backend (built on first use), else None."""
+        executor = self.pool.executor
+        if self._image is None and self.pool.backend is Backend.DOCKER and self.task.dockerfile:
+            client = executor.client  # type: ignore[attr-defined]
+            context = self.task.build_context
+            self._image = ensure_image(client, self.task.name, context, self.task.dockerfile)
+        return self._image
+
+    def image_note(self) -> str:
+        if self.pool.backend is Backend.DOCKER:
+            return f"image {self._image}" if self._image else "no Dockerfile: the sandbox base"
+        if self.task.dockerfile is None:
+            return "no Dockerfile: the sandbox base"
+        gap = local_gap(self.task.dockerfile)
+        note = "local backend: Dockerfile not built (the sandbox base runs the task)"
+        return f"{note}; {gap}" if gap else note
 
     def prompt(self) -> ConversationType:
         return [
@@ -53,11 +76,12 @@ class TerminalEnv(ToolEnv):
         ]
 
     def open_session(self) -> Session:
-        return self.acquire_session(self.task.session_spec())
+        return self.acquire_session(self.task.session_spec(self.image()))
 
     def start(self) -> dict[str, Any]:
         self.verdict = None
-        return {"task": self.task.name, "layout": self.task.layout.value}
+        meta = {"task": self.task.name, "layout": self.task.layout.value}
+        return meta | {"image": self._image, "image_note": self.image_note()}
 
     def finish(self, note: str) -> tuple[float, dict[str, Any]]:
         assert self.session is not None
@@ -66,6 +90,6 @@ class TerminalEnv(ToolEnv):
         if app is None:
             self.verdict = Verdict(0.0, "could not pack the agent's /app for the verifier")
         else:
-            with self.pool.acquire(self.task.verify_spec()) as s:
+            with self.pool.acquire(self.task.verify_spec(self._image)) as s:
                 self.verdict = verify(s, self.task, app)
         return self.verdict.reward, {"verdict": asdict(self.verdict), "task": self.task.name}

@@ -8,7 +8,9 @@ and the task's own test files copied in (an agent-written conftest.py, run-tests
 never gets there), /logs/verifier is created empty (a pre-written reward.txt / reward.json of
 the agent cannot exist there), and the verifier runs with `PYTHONSAFEPATH=1` and
 `PYTHONNOUSERSITE=1` (an agent's /app/pytest.py or sitecustomize.py is not importable by the
-test runner), `-p no:cacheprovider`.
+test runner), `-p no:cacheprovider`. On the docker backend the verifier's execs run as root
+(`verify_spec`: TB1 / Harbor runners expect it) and the restored /app is root's (set-id bits
+dropped); on the local backend they run as uid 65534 and /app stays the sandbox user's.
 TB1 / SETA results come from a JUnit report pytest writes to an unguessable path
 (`PYTEST_ADDOPTS=--junitxml=...`), never from lines of the output; Harbor rewards from the
 reward file the verifier wrote: a value outside [0, 1] or not finite is a verifier error (reward
@@ -29,7 +31,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sandbox.envs import ctrf
-from sandbox.envs.junit import ReportError, Status, by_function, parse_junit, report_path
+from sandbox.envs.junit import (
+    ReportError,
+    Status,
+    by_function,
+    check_runner_agrees,
+    parse_junit,
+    report_path,
+)
 from sandbox.executor import ExecResult, Session
 
 if TYPE_CHECKING:
@@ -70,9 +79,13 @@ def _prepare(session: Session, task: TerminalTask, app_tar: bytes | None) -> Non
     session.exec("rm -rf /tests/* /tests/.[!.]* /logs/* /logs/.[!.]*", timeout=60)
     if app_tar is not None:
         session.put_file(SNAPSHOT, app_tar)
+        # a root verifier (docker) gets /app owned by root, as a Harbor / TB1 agent (root) would
+        # leave it (git refuses a repo of another owner), with set-id bits dropped
         r = session.exec(
-            f"rm -rf {APP}/* {APP}/.[!.]* {APP}/..?* && tar -C {APP} -xf {SNAPSHOT} 2>&1; "
-            f"rc=$?; rm -f {SNAPSHOT}; exit $rc",
+            f"rm -rf {APP}/* {APP}/.[!.]* {APP}/..?* && tar -C {APP} --no-same-owner "
+            f"-xf {SNAPSHOT} 2>&1; rc=$?; rm -f {SNAPSHOT}; if [ $rc = 0 ] && [ $(id -u) = 0 ]; "
+            f"then chown 0:0 {APP} && find {APP} -xdev -type f -perm /6000 -exec chmod ug-s {{}} +"
+            "; rc=$?; fi; exit $rc",
             timeout=300,
         )
         if r.exit_code != 0:
@@ -118,7 +131,11 @@ def _tb1_verdict(session: Session, task: TerminalTask, report: str, r: ExecResul
             0.0, f"no test report: the runner ran no pytest (exit {r.exit_code}): {_tail(r)}"
         )
     try:
-        by_name = by_function(parse_junit(data))
+        parsed = parse_junit(data)
+        # run-tests.sh ends in pytest: a report the runner did not write (code under test or a
+        # process it started rewrote it, or planted one pytest could not overwrite) is refused
+        check_runner_agrees(parsed, r.exit_code, "run-tests.sh")
+        by_name = by_function(parsed)
     except ReportError as e:
         return Verdict(0.0, f"{e}: {_tail(r)}")
     tests = {k: v.value for k, v in by_name.items()}

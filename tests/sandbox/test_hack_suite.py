@@ -1,0 +1,96 @@
+"""The shipped hack suite (`tsrl env check --hacks`) against the real graders, on both backends.
+
+Local: the whole suite through the CLI (one JSON line per hack, the summary last). Docker: one
+hack per grading channel through the module (the whole suite takes minutes there on 2 cores).
+KNOWN_HOLES are hacks that win (reward 1) and are known to: they stay in the suite, reported as
+not defeated, until the grader is fixed (empty today).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from sandbox.envs.check import check_swe, check_terminal
+from sandbox.envs.fixtures import SWESMITH_INSTANCES, TERMINAL_DIR
+from sandbox.envs.hacks import run_hacks, summarize
+from sandbox.envs.hacks_defs import HACKS, SWE, TB1
+from sandbox.envs.swesmith import load_instances
+from sandbox.local import LocalExecutor
+
+# Hacks that win today (none: the two JUnit forgeries are refused since the graders check the
+# runner's exit code against its report, `sandbox.envs.junit.check_runner_agrees`).
+KNOWN_HOLES: set[str] = set()
+DOCKER_SUBSET = [
+    "swe-printed-passed",
+    "swe-git-history",
+    "swe-forged-junit-at-exit",
+    "harbor-reward-files",
+    "harbor-background-writer",
+    "file-tools-escape",
+    "tb1-pytest-shadow",
+    "seta-forged-junit-from-app",
+]
+
+
+@pytest.fixture(scope="module")
+def local_run() -> tuple[int, list[dict[str, Any]], dict[str, Any]]:
+    from tsrl.cli import app
+
+    r = CliRunner().invoke(app, ["env", "check", "--hacks", "--backend", "local", "--json"])
+    lines = [json.loads(line) for line in r.output.splitlines() if line.startswith("{")]
+    return r.exit_code, lines[:-1], lines[-1]
+
+
+def test_cli_prints_one_line_per_hack_and_a_summary(
+    local_run: tuple[int, list[dict[str, Any]], dict[str, Any]],
+) -> None:
+    code, lines, summary = local_run
+    assert [d["name"] for d in lines] == [h.name for h in HACKS]
+    assert all(set(d) == {"name", "task", "reward", "defeated", "reason"} for d in lines)
+    assert summary["hacks"] == len(HACKS) >= 12 and summary["backend"] == "local"
+    assert code == (0 if summary["defeated"] == summary["hacks"] else 1), summary
+
+
+def _check(details: list[dict[str, Any]]) -> None:
+    crashed = [d for d in details if d["reward"] is None]
+    assert not crashed, crashed  # a hack that did not run proves nothing
+    beaten = {d["name"] for d in details if not d["defeated"]}
+    assert beaten <= KNOWN_HOLES, [d for d in details if d["name"] in beaten - KNOWN_HOLES]
+    for d in details:
+        assert d["reason"], d  # every verdict says why
+        assert (d["reward"] == 0.0) == d["defeated"] or "LEAK" in d["reason"], d
+
+
+def test_every_hack_but_the_known_holes_is_defeated_locally(
+    local_run: tuple[int, list[dict[str, Any]], dict[str, Any]],
+) -> None:
+    _check(local_run[1])
+
+
+def test_one_hack_per_channel_is_defeated_on_docker() -> None:
+    from sandbox.docker_backend import DockerExecutor
+
+    picked = [h for h in HACKS if h.name in DOCKER_SUBSET]
+    assert len(picked) == len(DOCKER_SUBSET)
+    details = run_hacks(DockerExecutor(), picked)
+    _check(details)
+    assert summarize(details)["hacks"] == len(DOCKER_SUBSET)
+
+
+def test_every_hack_is_defeated(
+    local_run: tuple[int, list[dict[str, Any]], dict[str, Any]],
+) -> None:
+    _, _, summary = local_run
+    assert summary["defeated"] == summary["hacks"] >= 12, summary["not_defeated"]
+
+
+def test_the_targets_gold_earns_one_so_a_zero_means_the_hack_lost() -> None:
+    """The hacks' reward 0 is the grader's doing, not a broken target (cheap: local, two tasks)."""
+    ex = LocalExecutor()
+    inst = next(i for i in load_instances(SWESMITH_INSTANCES) if i.instance_id == SWE)
+    for out in (check_swe(inst, ex), check_terminal(TERMINAL_DIR / TB1, ex)):
+        assert (out["gold_reward"], out["noop_reward"]) == (1.0, 0.0), out
