@@ -46,34 +46,11 @@ def test_roles_as_ray_actors_on_a_local_cluster_train_like_sync(
     assert max(replay_gap(tmp_path, cfg, tmp_path / "model")) <= 1e-6
 
 
-def test_vllm_rollout_replica_as_a_ray_actor_trains_like_sync(tmp_path: Path) -> None:
-    """rollout.engine=vllm with --ray: the replica is a Ray actor whose server reports its URL;
-    weights reach it through shared memory (same host) and the run equals a sync replay."""
-    import ray
-
-    cfg = load_run_config(
-        "grpo-toy",
-        {
-            "updates": 2,
-            "rollout.groups_per_update": 2,
-            "rollout.group_size": 2,
-            "rollout.engine": "vllm",
-        },
-    )
-    try:
-        driver = RunDriver(cfg, tmp_path, bus_kind="redis", ray_address="local", log_batches=True)
-        assert driver.run() == 0
-    finally:
-        ray.shutdown()
-    metrics = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert [(m["acked_by"], m["load_method"]) for m in metrics] == [(["engine-0"], "shm")] * 2
-    assert "rollout on 1 vLLM replicas" in (tmp_path / "log.txt").read_text()
-    assert max(replay_gap(tmp_path, cfg, tmp_path / "model")) <= 1e-6
-
-
-def test_vllm_teacher_replica_as_a_ray_actor_scores_opd_like_sync(tmp_path: Path) -> None:
-    """teacher.backend=vllm with --ray: the teacher is a vLLM replica actor reached at the URL it
-    reports; every OPD turn is scored through it and the run equals a sync replay."""
+def test_vllm_rollout_and_teacher_replicas_as_ray_actors_train_like_sync(tmp_path: Path) -> None:
+    """rollout.engine=vllm and teacher.backend=vllm with --ray (one run, two replica actors): each
+    replica's server reports its URL; the policy's weights reach its replica through shared
+    memory (same host), every OPD turn is scored through the teacher replica, and the run equals a
+    sync replay."""
     import ray
 
     cfg = load_run_config(
@@ -82,6 +59,7 @@ def test_vllm_teacher_replica_as_a_ray_actor_scores_opd_like_sync(tmp_path: Path
             "updates": 2,
             "rollout.groups_per_update": 2,
             "rollout.group_size": 2,
+            "rollout.engine": "vllm",
             "teacher.backend": "vllm",
             "learner.accum_dtype": "float64",
         },
@@ -91,7 +69,10 @@ def test_vllm_teacher_replica_as_a_ray_actor_scores_opd_like_sync(tmp_path: Path
         assert driver.run() == 0
     finally:
         ray.shutdown()
+    metrics = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [(m["acked_by"], m["load_method"]) for m in metrics] == [(["engine-0"], "shm")] * 2
     log = (tmp_path / "log.txt").read_text()
+    assert "rollout on 1 vLLM replicas" in log
     line = next(x for x in log.splitlines() if "teacher: {" in x)
     teacher = json.loads(line.split("teacher: ", 1)[1])
     assert teacher["scoring"] == "full" and teacher["replicas"] == 1, teacher
