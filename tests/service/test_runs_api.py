@@ -89,19 +89,25 @@ def test_list_pages_and_filters(client: TestClient, new_token: Headers) -> None:
     assert client.get("/api/v1/runs?recipe=other", headers=h).json()["count"] == 0
 
 
+def finished_run(client: TestClient, h: dict[str, str], overrides: dict[str, object]) -> str:
+    """A grpo-toy run with `overrides`, waited for until final; its id."""
+    run_id = str(
+        client.post(
+            "/api/v1/runs", json={"recipe": "grpo-toy", "overrides": overrides}, headers=h
+        ).json()["id"]
+    )
+    wait_final(client, run_id, h)
+    return run_id
+
+
 def test_speedup_against_a_sync_run_of_the_same_recipe(
     client: TestClient, new_token: Headers
 ) -> None:
     h = new_token("u")
-    post = lambda o: client.post(  # noqa: E731
-        "/api/v1/runs", json={"recipe": "grpo-toy", "overrides": o}, headers=h
-    ).json()["id"]
-    stream_id = post({"updates": 2})
-    wait_final(client, stream_id, h)
+    stream_id = finished_run(client, h, {"updates": 2})
     none = client.get(f"/api/v1/runs/{stream_id}/speedup", headers=h).json()
     assert none["baseline_id"] is None and none["speedup"] is None
-    sync_id = post({"updates": 4, "schedule": "sync"})
-    wait_final(client, sync_id, h)
+    sync_id = finished_run(client, h, {"updates": 4, "schedule": "sync"})
     s = client.get(f"/api/v1/runs/{stream_id}/speedup", headers=h).json()
     # fake driver step_s = 0.05 + 0.01 k: sync mean 0.065, stream mean 0.055
     assert s["baseline_id"] == sync_id
@@ -112,15 +118,10 @@ def test_time_to_target_against_a_sync_run_of_the_same_recipe(
     client: TestClient, new_token: Headers
 ) -> None:
     h = new_token("u")
-    post = lambda o: client.post(  # noqa: E731
-        "/api/v1/runs", json={"recipe": "grpo-toy", "overrides": o}, headers=h
-    ).json()["id"]
-    stream_id = post({"updates": 2})
-    wait_final(client, stream_id, h)
+    stream_id = finished_run(client, h, {"updates": 2})
     alone = client.get(f"/api/v1/runs/{stream_id}/time-to-target?target=0.1", headers=h).json()
     assert alone["baseline_id"] is None and alone["baseline_curve"] == [] and alone["ratio"] is None
-    sync_id = post({"updates": 4, "schedule": "sync"})
-    wait_final(client, sync_id, h)
+    sync_id = finished_run(client, h, {"updates": 4, "schedule": "sync"})
     got = client.get(f"/api/v1/runs/{stream_id}/time-to-target?target=0.1", headers=h).json()
     # fake driver: reward_mean 0.1 k; wall time from the start of update 0 (its step_s is 0.05)
     assert got["baseline_id"] == sync_id and got["target"] == 0.1

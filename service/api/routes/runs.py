@@ -61,10 +61,8 @@ def resolve_config(run_in: RunCreate, session: SessionDep, token: Token) -> Any:
             mine = crud_recipes.get_recipe_by_name(
                 session=session, owner_id=token.id, name=run_in.recipe
             )
-        if mine is not None:
-            data = recipe_data(mine.text, mine.name)
-            for k, v in (run_in.config or {}).items():
-                data[k] = v
+        if mine is not None:  # its fields, then `config` on top, as for a shipped recipe
+            data = {**recipe_data(mine.text, mine.name), **(run_in.config or {})}
             return load_run_config(None, overrides, data=data)
         return load_run_config(run_in.recipe, overrides, data=run_in.config)
     except ConfigError as err:
