@@ -13,8 +13,7 @@ Sums run in arrival order. Stream and sync apply a group's sources in the same r
 they agree to the last bit in the equivalence replays; across runs whose arrival order differs,
 sums agree to accumulator rounding (fp32: ~1e-7 relative; `accum_dtype: float64` for more).
 
-On CUDA with host accumulators, gradients are copied on a side stream into a pinned staging
-buffer before the host adds (`GradSink`).
+Which sums a backward's gradients go into is `learner.routing`'s job.
 """
 
 from __future__ import annotations
@@ -103,6 +102,19 @@ def add_flat(dst: torch.Tensor, src: torch.Tensor, alpha: float = 1.0) -> None:
         return
     for i in range(0, dst.numel(), _CHUNK):
         dst[i : i + _CHUNK].add_(src[i : i + _CHUNK], alpha=alpha)
+
+
+def norm_f64(vec: torch.Tensor) -> float:
+    """The 2-norm accumulated in float64, chunk by chunk: `vector_norm(fp32, dtype=float64)`
+    converts the whole vector first (a 2x-size copy whose pages are faulted in: ~1 s at 163M
+    parameters on CPU)."""
+    if vec.dtype == torch.float64 or vec.numel() <= 8 * _CHUNK:
+        return float(torch.linalg.vector_norm(vec, dtype=torch.float64))
+    parts = [
+        torch.linalg.vector_norm(vec[i : i + 8 * _CHUNK], dtype=torch.float64)
+        for i in range(0, vec.numel(), 8 * _CHUNK)
+    ]
+    return float(torch.linalg.vector_norm(torch.stack(parts)))
 
 
 def narrow_in_place(vec: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -222,6 +234,17 @@ class ParamSum:
             if g is not None:
                 self.add_one(i, g, alpha)
 
+    def add_rows(self, i: int, index: torch.Tensor, rows: torch.Tensor, w: float = 1.0) -> None:
+        """parameter i [index] += w * rows for unique `index` (an embedding's gradient, the rows
+        it touched): the same `add_` per element as `add_one`, so both round alike."""
+        v = self.views[i]
+        if self._fresh[i]:
+            v.zero_()
+            self._fresh[i] = False
+        sel = v.index_select(0, index)
+        sel.add_(rows, alpha=w)
+        v.index_copy_(0, index, sel)
+
     def add_vector(self, vec: torch.Tensor, alpha: float = 1.0) -> None:
         """+= alpha * vec for a flat vector (first write: a converting copy, no memset)."""
         if all(self._fresh):
@@ -239,37 +262,80 @@ class ParamSum:
         self.pool.release(self._buf)
 
 
+def two_sum_into(hi: torch.Tensor, x: torch.Tensor, lo: torch.Tensor | None) -> None:
+    """hi + lo += x as an unevaluated pair (Knuth's TwoSum, chunk by chunk): hi gets the rounded
+    sum, the rounding error goes into lo (lo None: into x's own storage, which becomes lo).
+
+    Same dtype, flat, contiguous. No FMA or excess precision is involved (separate IEEE adds), so
+    the error term is exact and hi + lo carries about twice the dtype's precision.
+    """
+    n = hi.numel()
+    step = min(_CHUNK, n)
+    s, bp, t = (torch.empty(step, dtype=hi.dtype, device=hi.device) for _ in range(3))
+    for i in range(0, n, step):
+        a, b = hi[i : i + step], x[i : i + step]
+        k = a.numel()
+        sk, bk, tk = s[:k], bp[:k], t[:k]
+        torch.add(a, b, out=sk)
+        torch.sub(sk, a, out=bk)  # the part of b that made it into s
+        torch.sub(sk, bk, out=tk)
+        torch.sub(a, tk, out=tk)  # a's lost bits
+        torch.sub(b, bk, out=bk)  # b's lost bits
+        tk.add_(bk)
+        a.copy_(sk)
+        if lo is None:
+            b.copy_(tk)
+        else:
+            lo[i : i + step].add_(tk)
+
+
 class UpdateAccumulator:
     """The update's unnormalised gradient sum plus the counts its normaliser needs.
 
     Closed group directions / trajectory sums are handed over (`take`), not copied. The first
-    is kept as it is (no new vector: while the next group runs, the update holds one vector, not
-    a float64 sum); from the second on they go into a float64 sum, so the result does not depend
-    on the order groups close in (sync closes them one by one, stream as they finish): a single
-    fp64 add of two fp32 vectors is exact-rounded and commutative, and more terms differ only at
-    fp64 rounding.
+    is kept as it is (no new vector: while the next group runs, the update holds one vector).
+    From the second on the sum is a compensated pair hi + lo in the parts' dtype (`two_sum_into`):
+    ~48 bits for fp32 parts, so the result does not depend on the order groups close in (sync
+    closes them one by one, stream as they finish) beyond that precision, as a float64 sum would.
+    Why not a float64 sum: it is a new 2x-size buffer whose pages are faulted in on every update
+    (~1 s at 163M parameters on CPU); the pair lives in the first part's buffer and the second
+    part's own, both already resident, and the pool gets nothing new.
     """
 
     def __init__(self, spec: FlatSpec, pool: BufferPool, dtype: torch.dtype) -> None:
         self.spec, self.pool, self.dtype = spec, pool, dtype
-        self._first: ParamSum | None = None
-        self._sum: ParamSum | None = None
+        self._first: ParamSum | None = None  # hi
+        self._lo: ParamSum | None = None
+        self._sum: ParamSum | None = None  # widened (`dtype`), for the all-reduce
         self.groups_closed = 0
         self.scored_tokens = 0
 
     def take(self, part: ParamSum) -> None:
         """Add a closed group's / trajectory's sum; the accumulator owns (and frees) it."""
-        if self._sum is None and self._first is None:
+        if self._sum is not None:  # already widened
+            self._sum.add_vector(part.flat)
+            part.free()
+            return
+        if self._first is None:
             self._first = part
             return
-        if self._sum is None:
-            self._sum = ParamSum(self.spec, self.pool, self.dtype)
-            assert self._first is not None
-            self._sum.add_vector(self._first.flat)
-            self._first.free()
-            self._first = None
-        self._sum.add_vector(part.flat)
+        hi, x = self._first.flat, part.flat
+        if hi.dtype != x.dtype:
+            raise TypeError(f"update parts of dtypes {hi.dtype} and {x.dtype}; use one accum_dtype")
+        if self._lo is None:
+            two_sum_into(hi, x, None)
+            self._lo = part
+            return
+        two_sum_into(hi, x, self._lo.flat)
         part.free()
+
+    def _settle(self) -> None:
+        """hi += lo: the pair rounded to one vector in the parts' dtype."""
+        if self._lo is not None:
+            assert self._first is not None
+            self._first.flat.add_(self._lo.flat)
+            self._lo.free()
+            self._lo = None
 
     def widen(self) -> None:
         """Hold the sum in the accumulator dtype (ranks all-reduce the same dtype)."""
@@ -277,112 +343,18 @@ class UpdateAccumulator:
             self._sum = ParamSum(self.spec, self.pool, self.dtype)
             if self._first is not None:
                 self._sum.add_vector(self._first.flat)
+                if self._lo is not None:
+                    add_flat(self._sum.flat, self._lo.flat)
+                    self._lo.free()
+                    self._lo = None
                 self._first.free()
                 self._first = None
 
     @property
     def grad(self) -> torch.Tensor:
         if self._sum is None and self._first is not None:
+            self._settle()
             return self._first.flat
         self.widen()
         assert self._sum is not None
         return self._sum.flat
-
-
-class GradSink:
-    """Brings a source's gradients to the accumulator device.
-
-    Same device: the gradients themselves (no copy). CUDA -> host: copied on a side stream into
-    one pinned staging buffer (reused for every source), so the copy does not serialise with the
-    compute stream's next kernels and runs at pinned-memory bandwidth. A staged view is valid
-    until the same parameter is staged again: `wait`, then add it where it must outlive that.
-    """
-
-    def __init__(self, spec: FlatSpec, acc_device: torch.device, dtype: torch.dtype) -> None:
-        self.spec = spec
-        self.acc_device = acc_device
-        self.dtype = dtype
-        self._staging: list[torch.Tensor] | None = None
-        self._stream: torch.cuda.Stream | None = None
-
-    def stage(self, i: int, g: torch.Tensor) -> torch.Tensor:
-        """Start copying parameter i's gradient into its pinned staging view (see `wait`)."""
-        if self._staging is None:  # one pinned buffer for every source, made at the first copy
-            pinned = torch.empty(self.spec.total, dtype=self.dtype, pin_memory=True)
-            self._staging = self.spec.unflatten(pinned)
-            self._stream = torch.cuda.Stream(device=g.device)
-        stream = self._stream
-        assert stream is not None
-        stream.wait_stream(torch.cuda.current_stream(g.device))
-        view = self._staging[i]
-        with torch.cuda.stream(stream):
-            view.copy_(g, non_blocking=True)
-            g.record_stream(stream)
-        return view
-
-    def wait(self) -> None:
-        if self._stream is not None:
-            self._stream.synchronize()
-
-
-Target = tuple[ParamSum, float]  # (a sum, the weight its gradients get)
-
-
-class GradRouter:
-    """Adds each parameter's gradient into the active sums the moment autograd produces it.
-
-    A post-accumulate-grad hook per parameter: during a routed backward, `p.grad` is added into
-    every target (`sum_i += w * grad`) and dropped at once, so a source never holds a
-    full-size gradient vector (autograd.grad would return all of them together). Outside a
-    routed backward the hooks do nothing. Across devices (CUDA compute, host sums) the hook
-    copies into the sink's pinned staging buffer and the adds run once the backward is done.
-    """
-
-    def __init__(self, params: Sequence[torch.Tensor], sink: GradSink) -> None:
-        self.sink = sink
-        self._index = {id(p): i for i, p in enumerate(params)}
-        self._targets: list[Target] | None = None
-        self._staged: list[tuple[int, torch.Tensor]] = []
-        self._handles = [p.register_post_accumulate_grad_hook(self._hook) for p in params]
-
-    def _hook(self, p: torch.Tensor) -> None:
-        if self._targets is None or p.grad is None:
-            return
-        i = self._index[id(p)]
-        g = p.grad
-        p.grad = None
-        if g.device != self.sink.acc_device:
-            self._staged.append((i, self.sink.stage(i, g)))
-            return
-        for target, w in self._targets:
-            target.add_one(i, g, w)
-
-    def backward(
-        self,
-        targets: list[Target],
-        outputs: Sequence[torch.Tensor],
-        grad_outputs: Sequence[torch.Tensor] | None = None,
-        *,
-        inputs: Sequence[torch.Tensor],
-        retain_graph: bool = False,
-    ) -> None:
-        self._targets = targets
-        try:
-            torch.autograd.backward(
-                list(outputs),
-                grad_tensors=list(grad_outputs) if grad_outputs is not None else None,
-                inputs=list(inputs),
-                retain_graph=retain_graph,
-            )
-            if self._staged:
-                self.sink.wait()
-                for i, g in self._staged:
-                    for target, w in targets:
-                        target.add_one(i, g, w)
-        finally:
-            self._targets = None
-            self._staged = []
-
-    def remove(self) -> None:
-        for h in self._handles:
-            h.remove()

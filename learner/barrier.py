@@ -13,7 +13,7 @@ from typing import Protocol
 
 import torch
 
-from learner.accumulators import narrow_in_place
+from learner.accumulators import narrow_in_place, norm_f64
 from learner.engine import GradientEngine
 from learner.parallel import ParallelContext, StepOptimizer
 from tsrl.config import GroupReduction, Objective
@@ -82,7 +82,7 @@ def barrier_step(
     summed = objective is Objective.GRPO and group_reduction is GroupReduction.SUM
     normaliser = 1.0 if summed else sources
     grad = vec.div_(-normaliser)  # loss = -objective: descend on the negated ascent direction
-    norm = float(torch.linalg.vector_norm(grad, dtype=torch.float64))
+    norm = norm_f64(grad)
     clip = min(1.0, max_grad_norm / (norm + 1e-6)) if math.isfinite(norm) else 0.0
     if not math.isfinite(norm):
         raise BarrierError(f"update {version}: gradient norm is {norm}; the step was not taken")

@@ -25,6 +25,8 @@ import torch
 from torch import nn
 from transformers import DynamicCache
 
+from learner.routed_ops import routable_embedding, routed_embedding
+
 KV = tuple[torch.Tensor, torch.Tensor]
 
 
@@ -53,8 +55,13 @@ def _decode(
     model: nn.Module, ids: torch.Tensor, pos: torch.Tensor, past: Sequence[KV]
 ) -> tuple[torch.Tensor, ...]:
     """The decoder on one segment: (hidden, K_0, V_0, K_1, ...) of its own positions."""
-    kwargs: dict[str, object] = {"input_ids": ids, "position_ids": pos, "use_cache": True}
     decoder: Any = _base_model(model).model
+    kwargs: dict[str, object] = {"position_ids": pos, "use_cache": True}
+    embed = getattr(decoder, "embed_tokens", None)
+    if routable_embedding(embed):  # its gradient as rows, not a dense [V, d] per backward
+        kwargs["inputs_embeds"] = routed_embedding(embed, ids)
+    else:
+        kwargs["input_ids"] = ids
     past_len = 0
     if past:
         dyn = DynamicCache()

@@ -23,17 +23,11 @@ import torch
 from torch import nn
 
 from learner import engine_grpo, engine_opd
-from learner.accumulators import (
-    BufferPool,
-    FlatSpec,
-    GradRouter,
-    GradSink,
-    Target,
-    UpdateAccumulator,
-)
+from learner.accumulators import BufferPool, FlatSpec, UpdateAccumulator
 from learner.engine_grpo import Group, SourceError, take_grads
 from learner.engine_opd import Traj
 from learner.logprobs import LogprobMismatch
+from learner.routing import GradRouter, GradSink, Target
 from learner.sources import (
     GrpoContent,
     GrpoGroupSpec,

@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from learner.accumulators import ParamSum, Target, add_into
+from learner.accumulators import ParamSum, add_into
 from learner.boundary import KV, detach_leaves, run_segment
 from learner.logprobs import scored_logprobs
 from learner.objectives import group_coefficients
+from learner.routing import Target
 from learner.sources import GrpoContent, GrpoGroupSpec, GrpoReward
 
 if TYPE_CHECKING:

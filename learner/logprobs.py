@@ -17,6 +17,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from learner.routing import active_router, claim
+
 DEFAULT_CHUNK = 1024
 
 
@@ -43,6 +45,8 @@ class _ChunkedTokenLogprobs(torch.autograd.Function):
             logits = torch.nn.functional.linear(hidden[s : s + chunk].to(dt), w, b)
             lse[s : s + chunk] = torch.logsumexp(logits, dim=-1)
             out[s : s + chunk] = logits.gather(-1, targets[s : s + chunk].view(-1, 1)).squeeze(-1)
+        if weight.requires_grad and weight.device.type == "cpu":
+            claim(weight)
         ctx.save_for_backward(hidden, weight, bias, targets, lse)
         ctx.chunk = chunk
         return out - lse
@@ -56,6 +60,10 @@ class _ChunkedTokenLogprobs(torch.autograd.Function):
         need_h, need_w, need_b = ctx.needs_input_grad[:3]
         grad_h = torch.empty_like(hidden) if need_h else None
         grad_w: torch.Tensor | None = None  # the first chunk writes it (no memset of [V, d])
+        # host compute inside a routed backward: dW in the router's reused buffer, added into
+        # the sums from there (learner.routed_ops says why)
+        router = active_router() if need_w and weight.device.type == "cpu" else None
+        routed = router is not None and router.routes(weight)
         grad_b = torch.zeros_like(b) if need_b and b is not None else None
         for s in range(0, hidden.shape[0], ctx.chunk):
             h = hidden[s : s + ctx.chunk].to(dt)
@@ -70,10 +78,19 @@ class _ChunkedTokenLogprobs(torch.autograd.Function):
             g.mul_(grad_out[s : s + ctx.chunk].view(-1, 1).to(dt))
             if grad_h is not None:
                 grad_h[s : s + ctx.chunk] = (g @ w).to(hidden.dtype)
-            if need_w:
-                grad_w = g.t() @ h if grad_w is None else grad_w.addmm_(g.t(), h)
+            if need_w and grad_w is not None:
+                grad_w.addmm_(g.t(), h)
+            elif need_w and routed:
+                assert router is not None
+                buf, empty = router.dense(weight, dt)
+                grad_w = torch.mm(g.t(), h, out=buf) if empty else buf.addmm_(g.t(), h)
+            elif need_w:
+                grad_w = g.t() @ h
             if grad_b is not None:
                 grad_b += g.sum(0)
+        if routed:  # dW is the router's now (added into the sums at the end of the backward)
+            gb = grad_b.to(bias.dtype) if grad_b is not None and bias is not None else None
+            return grad_h, None, gb, None, None
         if need_w and grad_w is None:  # no scored rows
             grad_w = torch.zeros_like(w)
         gw = grad_w.to(weight.dtype) if grad_w is not None else None

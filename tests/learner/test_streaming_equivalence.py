@@ -105,7 +105,7 @@ def test_opd_normalisation_by_n_k_is_deferred_to_the_barrier(
     )
     assert engine.acc.scored_tokens == n_k == stats.normaliser
     # the accumulator held the unnormalised ascent sum; the barrier divided by N_k once
-    assert torch.allclose(unnormalised / -n_k, stats.grad.double())
+    assert torch.allclose(unnormalised.double() / -n_k, stats.grad.double())
     ref = _reference_grad(tiny_model_dir, opd_batch)
     assert float((unnormalised.double() + n_k * ref).norm() / (n_k * ref).norm()) < 1e-5
 
