@@ -262,80 +262,37 @@ class ParamSum:
         self.pool.release(self._buf)
 
 
-def two_sum_into(hi: torch.Tensor, x: torch.Tensor, lo: torch.Tensor | None) -> None:
-    """hi + lo += x as an unevaluated pair (Knuth's TwoSum, chunk by chunk): hi gets the rounded
-    sum, the rounding error goes into lo (lo None: into x's own storage, which becomes lo).
-
-    Same dtype, flat, contiguous. No FMA or excess precision is involved (separate IEEE adds), so
-    the error term is exact and hi + lo carries about twice the dtype's precision.
-    """
-    n = hi.numel()
-    step = min(_CHUNK, n)
-    s, bp, t = (torch.empty(step, dtype=hi.dtype, device=hi.device) for _ in range(3))
-    for i in range(0, n, step):
-        a, b = hi[i : i + step], x[i : i + step]
-        k = a.numel()
-        sk, bk, tk = s[:k], bp[:k], t[:k]
-        torch.add(a, b, out=sk)
-        torch.sub(sk, a, out=bk)  # the part of b that made it into s
-        torch.sub(sk, bk, out=tk)
-        torch.sub(a, tk, out=tk)  # a's lost bits
-        torch.sub(b, bk, out=bk)  # b's lost bits
-        tk.add_(bk)
-        a.copy_(sk)
-        if lo is None:
-            b.copy_(tk)
-        else:
-            lo[i : i + step].add_(tk)
-
-
 class UpdateAccumulator:
     """The update's unnormalised gradient sum plus the counts its normaliser needs.
 
     Closed group directions / trajectory sums are handed over (`take`), not copied. The first
-    is kept as it is (no new vector: while the next group runs, the update holds one vector).
-    From the second on the sum is a compensated pair hi + lo in the parts' dtype (`two_sum_into`):
-    ~48 bits for fp32 parts, so the result does not depend on the order groups close in (sync
-    closes them one by one, stream as they finish) beyond that precision, as a float64 sum would.
-    Why not a float64 sum: it is a new 2x-size buffer whose pages are faulted in on every update
-    (~1 s at 163M parameters on CPU); the pair lives in the first part's buffer and the second
-    part's own, both already resident, and the pool gets nothing new.
+    is kept as it is (no new vector: while the next group runs, the update holds one vector, not
+    a float64 sum); from the second on they go into a float64 sum, so the result does not depend
+    on the order groups close in (sync closes them one by one, stream as they finish): a single
+    fp64 add of two fp32 vectors is exact-rounded and commutative, and more terms differ only at
+    fp64 rounding.
     """
 
     def __init__(self, spec: FlatSpec, pool: BufferPool, dtype: torch.dtype) -> None:
         self.spec, self.pool, self.dtype = spec, pool, dtype
-        self._first: ParamSum | None = None  # hi
-        self._lo: ParamSum | None = None
-        self._sum: ParamSum | None = None  # widened (`dtype`), for the all-reduce
+        self._first: ParamSum | None = None
+        self._sum: ParamSum | None = None
         self.groups_closed = 0
         self.scored_tokens = 0
 
     def take(self, part: ParamSum) -> None:
         """Add a closed group's / trajectory's sum; the accumulator owns (and frees) it."""
-        if self._sum is not None:  # already widened
-            self._sum.add_vector(part.flat)
-            part.free()
-            return
-        if self._first is None:
+        if self._sum is None and self._first is None:
             self._first = part
             return
-        hi, x = self._first.flat, part.flat
-        if hi.dtype != x.dtype:
-            raise TypeError(f"update parts of dtypes {hi.dtype} and {x.dtype}; use one accum_dtype")
-        if self._lo is None:
-            two_sum_into(hi, x, None)
-            self._lo = part
-            return
-        two_sum_into(hi, x, self._lo.flat)
-        part.free()
-
-    def _settle(self) -> None:
-        """hi += lo: the pair rounded to one vector in the parts' dtype."""
-        if self._lo is not None:
+        if self._sum is None:
+            self._sum = ParamSum(self.spec, self.pool, self.dtype)
             assert self._first is not None
-            self._first.flat.add_(self._lo.flat)
-            self._lo.free()
-            self._lo = None
+            self._sum.add_vector(self._first.flat)
+            self._first.free()
+            self._first = None
+        self._sum.add_vector(part.flat)
+        part.free()
 
     def widen(self) -> None:
         """Hold the sum in the accumulator dtype (ranks all-reduce the same dtype)."""
@@ -343,17 +300,12 @@ class UpdateAccumulator:
             self._sum = ParamSum(self.spec, self.pool, self.dtype)
             if self._first is not None:
                 self._sum.add_vector(self._first.flat)
-                if self._lo is not None:
-                    add_flat(self._sum.flat, self._lo.flat)
-                    self._lo.free()
-                    self._lo = None
                 self._first.free()
                 self._first = None
 
     @property
     def grad(self) -> torch.Tensor:
         if self._sum is None and self._first is not None:
-            self._settle()
             return self._first.flat
         self.widen()
         assert self._sum is not None
