@@ -88,12 +88,9 @@ class _ChunkedTokenLogprobs(torch.autograd.Function):
                 grad_w = g.t() @ h
             if grad_b is not None:
                 grad_b += g.sum(0)
-        if routed:  # dW is the router's now (added into the sums at the end of the backward)
-            gb = grad_b.to(bias.dtype) if grad_b is not None and bias is not None else None
-            return grad_h, None, gb, None, None
-        if need_w and grad_w is None:  # no scored rows
-            grad_w = torch.zeros_like(w)
-        gw = grad_w.to(weight.dtype) if grad_w is not None else None
+        gw: torch.Tensor | None = None  # routed: dW is the router's now (added at backward's end)
+        if need_w and not routed:
+            gw = (grad_w if grad_w is not None else torch.zeros_like(w)).to(weight.dtype)
         gb = grad_b.to(bias.dtype) if grad_b is not None and bias is not None else None
         return grad_h, gw, gb, None, None
 

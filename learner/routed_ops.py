@@ -8,8 +8,8 @@ The streamed learner runs one backward per source where a textbook learner runs 
 so this cost is multiplied by the group size and made the learner slower than the textbook one.
 
 Here, during a routed backward (`GradRouter.backward`) with host compute:
-- the embedding's gradient goes into each target as the rows it touches (`index_add_`, which is
-  sequential and deterministic on CPU; nn.Embedding's padding row gets no gradient, as there);
+- the embedding's gradient is handed over as the rows it touches (summed per token with
+  `index_add_`, sequential and deterministic on CPU; the padding row gets none, as in nn.Embedding);
 - the head's dW is formed in a scratch buffer the router keeps per parameter (`logprobs`).
 Either way a parameter's contributions to one backward are gathered and added into the sums once
 (`GradRouter`), so a source's gradient is one value per element before it is weighted.
