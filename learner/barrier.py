@@ -13,7 +13,6 @@ from typing import Protocol
 
 import torch
 
-from learner.accumulators import narrow_in_place, norm_f64
 from learner.engine import GradientEngine
 from learner.parallel import ParallelContext, StepOptimizer
 from tsrl.config import GroupReduction, Objective
@@ -66,12 +65,11 @@ def barrier_step(
     t0 = time.perf_counter()
     engine.pool.drop_free()  # the group buffers are done: their memory is the step's now
     if ctx.distributed:
-        engine.acc.widen()  # every rank all-reduces the same dtype
-    vec = engine.acc.grad  # reduced and normalised in place: the engine is done with it
+        engine.acc.widen()  # every rank all-reduces the same dtype, one plain vector
+        ctx.all_reduce_sum(engine.acc.grad)
     counts = torch.tensor(
         [float(engine.acc.groups_closed), float(engine.acc.scored_tokens)], dtype=torch.float64
     )
-    ctx.all_reduce_sum(vec)
     ctx.all_reduce_sum(counts)
     t1 = time.perf_counter()
     sources = float(counts[0] if objective is Objective.GRPO else counts[1])
@@ -81,14 +79,15 @@ def barrier_step(
         )
     summed = objective is Objective.GRPO and group_reduction is GroupReduction.SUM
     normaliser = 1.0 if summed else sources
-    grad = vec.div_(-normaliser)  # loss = -objective: descend on the negated ascent direction
-    norm = norm_f64(grad)
-    clip = min(1.0, max_grad_norm / (norm + 1e-6)) if math.isfinite(norm) else 0.0
+    # -sum / normaliser in the master dtype, inside the accumulator's own storage
+    master = optimizer.master[0].dtype if optimizer.master else None
+    grad, norm = engine.acc.finish(normaliser, master)
     if not math.isfinite(norm):
         raise BarrierError(f"update {version}: gradient norm is {norm}; the step was not taken")
-    # the step's gradient in the master dtype, inside the accumulator's own storage
-    grad = narrow_in_place(grad, optimizer.master[0].dtype) if optimizer.master else grad
-    optimizer.step(engine.spec.unflatten(grad), scale=clip)
+    clip = min(1.0, max_grad_norm / (norm + 1e-6))
+    optimizer.step(engine.spec.unflatten(engine.acc.clipped(grad, clip)))
+    engine.acc.release_spare()
+    engine.pool.drop_free()
     t2 = time.perf_counter()
     new_version = version + 1
     if publish is not None:

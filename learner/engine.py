@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from learner import engine_grpo, engine_opd
-from learner.accumulators import BufferPool, FlatSpec, UpdateAccumulator
+from learner.accumulators import BufferPool, FlatSpec
 from learner.engine_grpo import Group, SourceError, take_grads
 from learner.engine_opd import Traj
 from learner.logprobs import LogprobMismatch
@@ -38,6 +38,7 @@ from learner.sources import (
     Releaser,
     WorkItem,
 )
+from learner.update_sum import UpdateAccumulator
 from tsrl.config import Estimator, Schedule
 
 __all__ = ["GradientEngine", "SourceError"]

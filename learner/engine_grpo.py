@@ -115,15 +115,17 @@ def content(e: GradientEngine, item: GrpoContent) -> None:
     r = g.rewards[item.index] - float(g.shift or 0.0) if known else 0.0
     held = None if known else ParamSum(e.spec, e.pool, e.dtype)  # H_i waits for r_i
     targets: list[Target] = [(g.g2, 1.0)]
-    targets.append((g.g1, r) if held is None else (held, 1.0))
+    # r_i = c (common with 0/1 rewards): H_i adds nothing to G1, so that full-size add is skipped
+    if held is not None or r != 0.0:
+        targets.append((g.g1, r) if held is None else (held, 1.0))
     e.routed_backward(targets, [s], leaves=leaves)
     lh = take_grads(leaves)
     with e.bookkeeping():
         add_into(g.leaf_g2, lh)
-        if held is None:
-            add_into(g.leaf_g1, lh, r)
-        else:
+        if held is not None:
             g.held[item.index] = (held, lh)
+        elif r != 0.0:
+            add_into(g.leaf_g1, lh, r)
     g.done.add(item.index)
     e.counters["held_peak"] = max(e.counters["held_peak"], len(g.held))
     maybe_close(e, g)
@@ -137,8 +139,9 @@ def bind(e: GradientEngine, g: Group, idx: int, reward: float) -> None:
     if held is not None:
         with e.bookkeeping():
             h, lh = held
-            g.g1.add_vector(h.flat, reward - g.shift)
-            add_into(g.leaf_g1, lh, reward - g.shift)
+            if reward != g.shift:  # else H_i adds nothing to G1
+                g.g1.add_vector(h.flat, reward - g.shift)
+                add_into(g.leaf_g1, lh, reward - g.shift)
             h.free()
 
 
