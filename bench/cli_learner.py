@@ -70,7 +70,7 @@ def equivalence(
 def learner_cost(
     model: str = typer.Option("tiny", help="tiny | smollm2 (SmolLM2-135M, 163M parameters)"),
     seed: int = typer.Option(0),
-    repeats: int = typer.Option(3, min=1, help="rounds (medians are reported)"),
+    repeats: int = typer.Option(5, min=1, help="rounds (medians of per-round ratios)"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Stream vs sync vs textbook learners on the same GRPO batch: time, bookkeeping, peak RSS."""

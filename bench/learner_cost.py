@@ -7,7 +7,10 @@ time. throughput_vs_textbook: batch tokens per second of the stream learner over
 textbook learner's on the same batch and threads (`textbook_seq`: one plain forward + backward
 per [prompt; continuation]; `textbook_padded`: one padded forward + backward per group); both
 include the optimizer step. Every variant runs in a fresh subprocess (peak RSS is per process),
-rounds interleaved so drift on a noisy machine hits all alike; medians over rounds.
+rounds interleaved so drift on a noisy machine hits all alike. The two time ratios are paired: one
+ratio per round, from that round's runs (a minute apart), and the median of those; a ratio of
+medians would mix runs from different minutes of a machine whose speed drifts by 30% or more.
+Times, shares and RSS are medians over rounds.
 """
 
 from __future__ import annotations
@@ -184,14 +187,20 @@ def run_learner_cost(
     def med(mode: str, key: str) -> float:
         return float(statistics.median(r[key] for r in results[mode]))
 
-    textbook_best = min(med("textbook_seq", "busy_s"), med("textbook_padded", "busy_s"))
+    def paired(f: Any) -> list[float]:  # one ratio per round, from runs minutes apart
+        return [f(*(results[m][r]["busy_s"] for m in MODES)) for r in range(repeats)]
+
+    vs_textbook = paired(lambda sync, stream, seq, padded: min(seq, padded) / stream)
+    compute = paired(lambda sync, stream, seq, padded: stream / sync)
     return {
         "model": model,
         "shape": shape,
         "rounds": repeats,
-        "compute_ratio": med("stream", "busy_s") / med("sync", "busy_s"),
+        "compute_ratio": statistics.median(compute),
         "bookkeeping_share": med("stream", "bookkeeping_s") / med("stream", "busy_s"),
-        "throughput_vs_textbook": textbook_best / med("stream", "busy_s"),
+        "throughput_vs_textbook": statistics.median(vs_textbook),
+        "throughput_vs_textbook_rounds": [round(x, 3) for x in vs_textbook],
+        "compute_ratio_rounds": [round(x, 3) for x in compute],
         "peak_rss_ratio": med("stream", "peak_rss_mb") / med("sync", "peak_rss_mb"),
         "peak_above_baseline_vs_textbook": med("stream", "above_baseline_mb")
         / min(
