@@ -93,6 +93,7 @@ def memory(
     lengths: str = typer.Option("256,1024,4096", help="GRPO continuation lengths"),
     turns: str = typer.Option("2,8,32,64", help="OPD turns per trajectory"),
     opd_turn_graphs: str = typer.Option("recompute", help="learner.opd_turn_graphs for OPD"),
+    repeats: int = typer.Option(3, min=1, help="rounds per point (medians are reported)"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Peak learner memory: stream vs sync vs textbook, GRPO vs length and OPD vs turns."""
@@ -105,5 +106,5 @@ def memory(
         raise typer.BadParameter("give comma-separated integers, e.g. --turns 2,8,32") from None
     if opd_turn_graphs not in ("recompute", "keep", "auto"):
         raise typer.BadParameter("use --opd-turn-graphs recompute, keep or auto")
-    res = run_memory(ls, ts, opd_turn_graphs)
+    res = run_memory(ls, ts, opd_turn_graphs, repeats)
     typer.echo(json.dumps(res) if as_json else json.dumps(res, indent=2))

@@ -6,7 +6,8 @@ runs in a fresh subprocess; peak memory is RSS (`ru_maxrss`) on CPU and
 and the learner are built, before the update), the update's AdamW step included. The textbook
 learner is one plain forward + backward per [prompt; continuation] (OPD: per whole trajectory)
 with no streaming state, then its AdamW step; none of the three clips (the same update). OPD
-also reports learner seconds per turn.
+also reports learner seconds per turn. Every point is the median of `repeats` rounds (one RSS
+reading of a ~60 MB process moves by several MB from run to run).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import json
 import math
 import random
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -139,6 +141,7 @@ def run_memory(
     lengths: tuple[int, ...] = GRPO_LENGTHS,
     turns: tuple[int, ...] = OPD_TURNS,
     opd_mode: str = "recompute",
+    repeats: int = 3,
 ) -> dict[str, Any]:
     from tsrl.models import build_tiny_model
 
@@ -148,25 +151,28 @@ def run_memory(
         points = [("grpo", n) for n in lengths] + [("opd", j) for j in turns]
         for objective, x in points:
             row: dict[str, Any] = {"objective": objective, "x": x}
+            runs: dict[str, list[dict[str, float]]] = {kind: [] for kind in LEARNERS}
+            for _ in range(repeats):  # rounds interleaved: drift hits the three learners alike
+                for kind in LEARNERS:
+                    out = subprocess.run(
+                        [
+                            sys.executable,
+                            "-m",
+                            "bench.memory",
+                            kind,
+                            objective,
+                            str(x),
+                            model_dir,
+                            opd_mode,
+                        ],
+                        check=True,
+                        capture_output=True,
+                        text=True,
+                    )
+                    runs[kind].append(json.loads(out.stdout.strip().splitlines()[-1]))
             for kind in LEARNERS:
-                out = subprocess.run(
-                    [
-                        sys.executable,
-                        "-m",
-                        "bench.memory",
-                        kind,
-                        objective,
-                        str(x),
-                        model_dir,
-                        opd_mode,
-                    ],
-                    check=True,
-                    capture_output=True,
-                    text=True,
-                )
-                res = json.loads(out.stdout.strip().splitlines()[-1])
-                row[f"{kind}_mb"] = res["above_baseline_mb"]
-                row[f"{kind}_s"] = res["busy_s"]
+                row[f"{kind}_mb"] = statistics.median(r["above_baseline_mb"] for r in runs[kind])
+                row[f"{kind}_s"] = statistics.median(r["busy_s"] for r in runs[kind])
             row["stream_vs_sync"] = row["stream_mb"] / max(row["sync_mb"], 1e-3)
             row["stream_vs_textbook"] = row["stream_mb"] / max(row["textbook_mb"], 1e-3)
             if objective == "opd":
@@ -178,6 +184,7 @@ def run_memory(
     summary = {
         "points": rows,
         "opd_turn_graphs": opd_mode,
+        "rounds": repeats,
         "max_peak_ratio": max(r["stream_vs_sync"] for r in rows),
         "max_peak_ratio_vs_textbook": max(r["stream_vs_textbook"] for r in rows),
         "opd_memory_growth": kind,

@@ -85,7 +85,9 @@ def barrier_step(
     if not math.isfinite(norm):
         raise BarrierError(f"update {version}: gradient norm is {norm}; the step was not taken")
     clip = min(1.0, max_grad_norm / (norm + 1e-6))
-    optimizer.step(engine.spec.unflatten(engine.acc.clipped(grad, clip)))
+    step_grad = engine.acc.clipped(grad, clip)
+    engine.pool.drop_free()  # what the step does not read is the optimizer's memory now
+    optimizer.step(engine.spec.unflatten(step_grad))
     engine.acc.release_spare()
     engine.pool.drop_free()
     t2 = time.perf_counter()

@@ -249,12 +249,11 @@ class UpdateAccumulator:
         """grad * clip (what the optimizer steps on; `grad` stays the pre-clip gradient): into the
         split sum's spent second buffer when there is one (resident pages, no new full-size
         vector), else a new vector. The same multiply either way."""
-        if clip == 1.0:
-            return grad
         spare = self._spare
-        if spare is not None and spare.flat.dtype == grad.dtype:
+        if clip != 1.0 and spare is not None and spare.flat.dtype == grad.dtype:
             return torch.mul(grad, clip, out=spare.flat)
-        return grad * clip
+        self.release_spare()  # not needed: give it back before the step allocates its state
+        return grad if clip == 1.0 else grad * clip
 
     def release_spare(self) -> None:
         if self._spare is not None:
