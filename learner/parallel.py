@@ -76,10 +76,6 @@ def _adamw(params: Sequence[torch.Tensor], cfg: OptimConfig) -> torch.optim.Adam
     )
 
 
-def _scaled(g: torch.Tensor, scale: float) -> torch.Tensor:
-    return g * scale if scale != 1.0 else g
-
-
 def master_dtype_for(dtype: torch.dtype) -> torch.dtype:
     """The dtype the optimizer steps in: fp32 for 16-bit compute (App. G), else the same."""
     return torch.float32 if dtype in (torch.bfloat16, torch.float16) else dtype
@@ -88,7 +84,7 @@ def master_dtype_for(dtype: torch.dtype) -> torch.dtype:
 class StepOptimizer(Protocol):
     master: list[torch.Tensor]  # full-size theta as the step updates it (read for checkpoints)
 
-    def step(self, grads: Sequence[torch.Tensor], scale: float = 1.0) -> None: ...
+    def step(self, grads: Sequence[torch.Tensor]) -> None: ...
     def state_dict(self) -> dict[str, Any]: ...
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
@@ -107,11 +103,10 @@ class LocalOptimizer:
         ]
         self.opt = _adamw(self.master, cfg)
 
-    def step(self, grads: Sequence[torch.Tensor], scale: float = 1.0) -> None:
-        """`scale` (the clip coefficient) is applied per parameter in the gradient's dtype:
-        never a second full-size vector."""
+    def step(self, grads: Sequence[torch.Tensor]) -> None:
+        """`grads` are the step's (already clipped: the barrier scales them)."""
         for m, g in zip(self.master, grads, strict=True):
-            m.grad = _scaled(g, scale).to(device=m.device, dtype=m.dtype)
+            m.grad = g.to(device=m.device, dtype=m.dtype)
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         with torch.no_grad():
@@ -158,13 +153,13 @@ class FSDP2Optimizer:
         self.sharded: list[Any] = [shadow_params[n] for n in names]  # DTensor parameters
         self.opt = _adamw(self.sharded, cfg)
 
-    def step(self, grads: Sequence[torch.Tensor], scale: float = 1.0) -> None:
+    def step(self, grads: Sequence[torch.Tensor]) -> None:
         from torch.distributed.tensor import distribute_tensor
 
         for sp, g in zip(self.sharded, grads, strict=True):
             # every rank holds the same reduced gradient: shard it locally, no communication
             sp.grad = distribute_tensor(
-                _scaled(g, scale).to(device=sp.device, dtype=sp.dtype),
+                g.to(device=sp.device, dtype=sp.dtype),
                 self.mesh,
                 sp.placements,
                 src_data_rank=None,
