@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import shutil
 from pathlib import Path
+from typing import Any
 
 from sandbox.envs.swesmith import SweInstance, build_mirror, load_instances
 from tsrl.cache import cache_root, private_tmp
@@ -22,8 +23,8 @@ TERMINAL_DIR = FIXTURES / "terminal"
 
 def _tree_hash(*roots: Path) -> str:
     h = hashlib.sha256()
-    for root in roots:
-        for p in sorted(root.rglob("*")):
+    for root in roots:  # a file root counts as itself (rglob of a file yields nothing)
+        for p in sorted(root.rglob("*")) if root.is_dir() else [root]:
             if p.is_file() and "__pycache__" not in p.parts:
                 h.update(str(p.relative_to(root.parent)).encode())
                 h.update(p.read_bytes())
@@ -65,3 +66,69 @@ def fixture_mirrors() -> Path:
 
 def terminal_tasks() -> list[Path]:
     return sorted(p for p in TERMINAL_DIR.iterdir() if p.is_dir()) if TERMINAL_DIR.exists() else []
+
+
+# ---- SWE-smith instance images of the fixture repositories ------------------------------------
+# Named as published SWE-smith images are (`swesmith.x86_64.<owner>__<repo>.<commit>`); nothing can
+# be pulled here, so the docker backend builds them on first use from the local sandbox base.
+FIXTURE_IMAGE_PREFIX = "swesmith.x86_64.thundersync-fixtures__"
+_CONDA_ACTIVATE = "conda() { export PATH=/opt/miniconda3/envs/testbed/bin:$PATH; }\n"
+_IMAGE_DOCKERFILE = (
+    "FROM thundersync-sandbox:bookworm\nCOPY testbed /testbed\nCOPY conda /opt/miniconda3\n"
+)
+
+
+def is_fixture_image(image_name: str) -> bool:
+    return image_name.startswith(FIXTURE_IMAGE_PREFIX)
+
+
+def swesmith_image_context(repo_name: str) -> Path:
+    """Build context of a fixture repository's image, in SWE-smith's layout: the clean repo at
+    /testbed whose clone holds every instance branch (as a published image's does: the env never
+    shows that history to the agent), and a conda env `testbed` (a stand-in whose python is the
+    base image's). Cached by the fixtures' content, built atomically like `fixture_mirrors`."""
+    src = SWESMITH_DIR / "repos" / repo_name
+    if not src.is_dir():
+        raise FileNotFoundError(f"{SWESMITH_DIR / 'repos'}: no fixture repository {repo_name!r}")
+    key = _tree_hash(src, SWESMITH_INSTANCES)
+    out = cache_root() / f"swesmith-image-{repo_name}-{key}"
+    if (out / ".complete").exists():
+        return out
+    tmp = private_tmp(out)
+    try:
+        insts = [i for i in load_instances(SWESMITH_INSTANCES) if i.repo_name == repo_name]
+        build_mirror(src, insts, tmp / "testbed")
+        activate = tmp / "conda" / "bin" / "activate"
+        activate.parent.mkdir(parents=True)
+        activate.write_text(_CONDA_ACTIVATE)
+        activate.chmod(0o755)
+        env_bin = tmp / "conda" / "envs" / "testbed" / "bin"
+        env_bin.mkdir(parents=True)
+        for name in ("python", "python3"):
+            (env_bin / name).symlink_to("/usr/bin/python3")
+        (tmp / "Dockerfile").write_text(_IMAGE_DOCKERFILE)
+        (tmp / ".complete").write_text("ok\n")
+        tmp.chmod(0o755)
+        try:
+            tmp.rename(out)
+        except OSError:  # another thread or process won the race
+            if not (out / ".complete").exists():
+                raise OSError(f"{out} exists but is incomplete: remove it and retry") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def ensure_swesmith_image(client: Any, image_name: str) -> str:
+    """Build (once per content, `sandbox.images.ensure_image`) the fixture image `image_name`
+    names and tag it so; returns `image_name`."""
+    from sandbox.images import ensure_image
+
+    if not is_fixture_image(image_name):
+        raise ValueError(f"{image_name!r} is not a fixture image ({FIXTURE_IMAGE_PREFIX}...)")
+    repo_name = image_name[len(FIXTURE_IMAGE_PREFIX) :].split(":")[0].rsplit(".", 1)[0]
+    ctx = swesmith_image_context(repo_name)
+    built = ensure_image(client, f"swesmith-{repo_name}", ctx, ctx / "Dockerfile")
+    repo, _, tag = image_name.partition(":")
+    client.images.get(built).tag(repo, tag or "latest")
+    return image_name

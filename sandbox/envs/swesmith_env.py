@@ -17,6 +17,8 @@ On the docker backend both sessions run the record's `image_name` (missing: `Ima
 the instance, the image and the fix); when that image holds the repo at /testbed (SWE-smith's
 layout) both trees come from it (`instance_tree`: bug applied, no image history) instead of the
 mirror, and a conda env `testbed` in the image leads PATH. The local backend ignores image_name.
+The shipped fixture records that name a `swesmith.x86_64.thundersync-fixtures__*` image get it
+built on first use from the sandbox base (`fixtures.ensure_swesmith_image`).
 """
 
 from __future__ import annotations
@@ -175,6 +177,8 @@ class SWESmithEnv(ToolEnv):
             if client is None:
                 raise SandboxError(f"{inst.source}: the docker executor has no docker client")
             self.image = inst.image_name
+            if fixtures.is_fixture_image(inst.image_name):  # shipped: built here, never pulled
+                fixtures.ensure_swesmith_image(client, inst.image_name)
             self._image_id, self.image_tree, self._session_env = image_layout(client, inst)
         elif inst.image_name:
             log.info(

@@ -8,11 +8,8 @@ every instance branch), and a stand-in conda env `testbed` under /opt/miniconda3
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
-import io
 import json
-import tarfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -21,7 +18,11 @@ import pytest
 from typer.testing import CliRunner
 
 from sandbox.envs.check import check_swe
-from sandbox.envs.fixtures import SWESMITH_DIR, SWESMITH_INSTANCES
+from sandbox.envs.fixtures import (
+    FIXTURE_IMAGE_PREFIX,
+    SWESMITH_INSTANCES,
+    ensure_swesmith_image,
+)
 from sandbox.envs.swesmith import ImageMissing, RecordError, load_instances
 from sandbox.envs.swesmith_env import SWESmithEnv
 from sandbox.envs.swesmith_eval import eval_script
@@ -35,49 +36,10 @@ from sandbox.envs.swesmith_profiles import (
 )
 from tsrl.cli_data import import_records
 
-BASE = "thundersync-sandbox:bookworm"
 INST = next(
     i for i in load_instances(SWESMITH_INSTANCES) if i.instance_id.startswith("minicalc__clamp")
 )
-ACTIVATE = "conda() { export PATH=/opt/miniconda3/envs/testbed/bin:$PATH; }\n"
-
-
-def _context() -> tuple[bytes, str]:
-    """The build context (tar) and a tag naming its content."""
-    files: dict[str, tuple[bytes, int]] = {}
-    src = SWESMITH_DIR / "repos" / "minicalc"
-    for p in sorted(src.rglob("*")):
-        if p.is_file() and "__pycache__" not in p.parts:
-            files[f"testbed/{p.relative_to(src)}"] = (p.read_bytes(), 0o644)
-    files["conda/bin/activate"] = (ACTIVATE.encode(), 0o755)
-    files["Dockerfile"] = (
-        f"FROM {BASE}\nCOPY testbed /testbed\nCOPY conda /opt/miniconda3\n".encode(),
-        0o644,
-    )
-    digest = hashlib.sha256(repr(sorted(files.items())).encode()).hexdigest()[:12]
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name, (data, mode) in files.items():
-            info = tarfile.TarInfo(name)
-            info.size, info.mode = len(data), mode
-            tar.addfile(info, io.BytesIO(data))
-        for link in ("python", "python3"):  # the env's interpreter: the base image's
-            info = tarfile.TarInfo(f"conda/envs/testbed/bin/{link}")
-            info.type, info.linkname = tarfile.SYMTYPE, "/usr/bin/python3"
-            tar.addfile(info)
-        _add_history(tar, src)
-    return buf.getvalue(), f"thundersync-swesmith-test:minicalc-{digest}"
-
-
-def _add_history(tar: tarfile.TarFile, src: Path) -> None:
-    """/testbed/.git: the clean repo, then a branch with the fix (what must never leak)."""
-    import tempfile
-
-    from sandbox.envs.swesmith import build_mirror
-
-    with tempfile.TemporaryDirectory() as d:
-        repo = build_mirror(src, [INST], Path(d) / "testbed")
-        tar.add(str(repo / ".git"), arcname="testbed/.git")
+IMAGE = f"{FIXTURE_IMAGE_PREFIX}minicalc.fixture"  # the shipped fixture image of minicalc
 
 
 @pytest.fixture(scope="session")
@@ -89,15 +51,10 @@ def docker_executor() -> Any:
 
 @pytest.fixture(scope="session")
 def image(docker_executor: Any) -> str:
-    import docker.errors
-
-    client = docker_executor.client
-    context, tag = _context()
-    try:
-        client.images.get(tag)
-    except docker.errors.ImageNotFound:
-        client.images.build(fileobj=io.BytesIO(context), custom_context=True, tag=tag, rm=True)
-    return tag
+    """minicalc in SWE-smith's layout, built from the local base image (COPY steps only): the
+    clean repo at /testbed whose clone holds every instance branch (what must never leak), and a
+    stand-in conda env `testbed` under /opt/miniconda3."""
+    return ensure_swesmith_image(docker_executor.client, IMAGE)
 
 
 def _record(tmp_path: Path, image_name: str) -> Path:

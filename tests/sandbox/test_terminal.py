@@ -81,7 +81,7 @@ def test_env_check_all_gold_earns_one_and_noop_zero() -> None:
         timeout=900,
     )
     summary = json.loads(out.stdout.strip().splitlines()[-1])
-    assert summary["tasks"] >= 12
+    assert summary["tasks"] >= 24  # the issue-15 acceptance count, on the local backend too
     assert summary["gold_ok"] == summary["noop_ok"] == summary["tasks"], summary["details"]
     kinds = {d["kind"] for d in summary["details"]}
     assert kinds == {"swesmith", "tb1", "harbor"}
