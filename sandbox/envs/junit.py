@@ -90,6 +90,13 @@ def statuses_for(ids: list[str], report: dict[tuple[str, str], Status]) -> dict[
     return {i: report[node_key(i)] for i in ids if node_key(i) in report}
 
 
+def uncollected_files(report: dict[tuple[str, str], Status], files: list[str]) -> frozenset[str]:
+    """The test files among `files` that pytest failed to collect (a collection error is a case
+    with an empty classname named after the module: `tests/test_x.py` -> `tests.test_x`)."""
+    broken = {n for (c, n), st in report.items() if not c and st is Status.ERROR}
+    return frozenset(f for f in files if f.removesuffix(".py").replace("/", ".") in broken)
+
+
 def by_function(report: dict[tuple[str, str], Status]) -> dict[str, Status]:
     """Function name (parameters dropped) -> the worst status of its cases (TB1 / SETA weights
     name test functions)."""

@@ -19,10 +19,11 @@ resolved = every FAIL_TO_PASS and PASS_TO_PASS test passes (XFAIL counts as pass
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from dataclasses import dataclass, field
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 from sandbox.envs.junit import (
     ReportError,
@@ -31,9 +32,10 @@ from sandbox.envs.junit import (
     parse_junit,
     report_path,
     statuses_for,
+    uncollected_files,
 )
 from sandbox.envs.swesmith import END_MARKER, START_MARKER, SweInstance
-from sandbox.envs.swesmith_profiles import ACTIVATE, RepoProfile, profile_for
+from sandbox.envs.swesmith_profiles import ACTIVATE, GUARD_MODULE, RepoProfile, profile_for
 from sandbox.executor import ExecResult, Session
 
 REPORT_DIR = "/logs"  # a scratch dir of the eval session, outside the repository
@@ -80,7 +82,13 @@ def runner_edits(patch: str) -> list[str]:
     why = []
     for path, chunk in split_patch(patch):
         p = PurePosixPath(path)
-        if p.name in ("pytest.py", "py.py") or "_pytest" in p.parts or p.stem == "pytest":
+        if (
+            p.name in ("pytest.py", "py.py")
+            or "_pytest" in p.parts
+            or p.stem == "pytest"
+            or p.stem == GUARD_MODULE
+            or ".tsrl" in p.parts
+        ):
             why.append(f"{path} shadows the test runner")
         elif p.stem in ("sitecustomize", "usercustomize") or p.suffix == ".pth":
             why.append(f"{path} runs code at interpreter start")
@@ -104,10 +112,25 @@ def _failed_list(kind: str, failed: list[str], total: int) -> str:
     return f"{len(failed)} of {total} {kind} failed: {shown}"
 
 
-def grade(inst: SweInstance, statuses: dict[str, Status]) -> Grade:
+def grade(
+    inst: SweInstance, statuses: dict[str, Status], broken_files: frozenset[str] = frozenset()
+) -> Grade:
+    """swesmith's `get_eval_tests_report` for PASS_TO_PASS: a test missing from the report counts
+    as passed (swesmith may run a subset of the suite) and a skipped one counts neither way;
+    except that a missing test whose file failed to collect (`broken_files`) failed. Stricter
+    than swesmith for FAIL_TO_PASS: every one must be reported passed (or xfail), because a
+    policy could otherwise make the hidden tests vanish (an import-time `pytest.skip`, a module
+    that no longer imports) and be "resolved" without fixing anything."""
     good = (Status.PASSED, Status.XFAIL)
     f2p = [t for t in inst.fail_to_pass if statuses.get(t) not in good]
-    p2p = [t for t in inst.pass_to_pass if statuses.get(t) not in good]
+
+    def p2p_failed(t: str) -> bool:
+        st = statuses.get(t)
+        if st is None:
+            return t.split("::")[0] in broken_files
+        return st not in (*good, Status.SKIPPED)
+
+    p2p = [t for t in inst.pass_to_pass if p2p_failed(t)]
     if not f2p and not p2p:
         return Grade(True, 1.0, "resolved")
     parts = [_failed_list("FAIL_TO_PASS", f2p, len(inst.fail_to_pass))] if f2p else []
@@ -116,16 +139,38 @@ def grade(inst: SweInstance, statuses: dict[str, Status]) -> Grade:
     return Grade(False, 0.0, "; ".join(parts), f2p, p2p)
 
 
+GUARD_SOURCE = (Path(__file__).with_name("pytest_guard.py")).read_bytes()
+
+
+def guard_findings(guard: bytes | None, statuses: dict[str, Status]) -> list[str]:
+    """Why the guard plugin's own verdict does not back the report (empty: it does): no verdict
+    at all, tampering it saw, or a graded test the report has passed that the guard saw fail or
+    never saw run."""
+    if guard is None:
+        return ["the guard plugin wrote no verdict (the run did not finish as pytest does)"]
+    try:
+        data = json.loads(guard)
+        seen, found = dict(data["tests"]), [str(x) for x in data["tampered"]]
+    except (ValueError, KeyError, TypeError):
+        return ["the guard plugin's verdict is not its own (unreadable)"]
+    for t, st in statuses.items():
+        if st is Status.PASSED and seen.get(t) != "passed":
+            found.append(f"{t} reported passed, but the guard saw it {seen.get(t) or 'not run'}")
+    return found
+
+
 def eval_script(inst: SweInstance, report: str, profile: RepoProfile | None = None) -> str:
     """The repo's profile test command on the instance's test files, in the image's Python
     environment when it has one (SWE-smith's conda env `testbed`)."""
     profile = profile or profile_for(inst)
     files = " ".join(shlex.quote(f) for f in inst.test_files)
+    guard_dir = shlex.quote(report.rsplit("/", 1)[0])
     return f"""#!/bin/bash
 set -uxo pipefail
 cd "$(dirname "$0")/.."
 git checkout -q HEAD -- {files}
 {ACTIVATE}
+export PYTHONPATH={guard_dir}${{PYTHONPATH:+:$PYTHONPATH}} TSRL_GUARD_OUT={guard_dir}/guard.json
 : '{START_MARKER}'
 {profile.command(inst.test_files, report)}
 rc=$?
@@ -168,6 +213,8 @@ def evaluate(session: Session, inst: SweInstance, model_patch: str, timeout: flo
         if r.timed_out or r.exit_code != 0:
             tail = r.stdout.strip()[-300:]
             return Grade(False, 0.0, f"apply failed: {tail}", dropped_test_edits=dropped)
+    guard_dir = report.rsplit("/", 1)[0]
+    session.put_file(f"{guard_dir}/{GUARD_MODULE}.py", GUARD_SOURCE)
     # the instance's test files as they are in its bug commit (test edits never survive)
     files = " ".join(shlex.quote(f) for f in inst.test_files)
     session.exec(f"git checkout -q HEAD -- {files}; rm -f *.rej", timeout=60)
@@ -175,7 +222,8 @@ def evaluate(session: Session, inst: SweInstance, model_patch: str, timeout: flo
     if r.timed_out:
         return Grade(False, 0.0, f"timeout after {timeout}s", dropped_test_edits=dropped)
     data = session.get_file(report)
-    session.exec(f"rm -rf {shlex.quote(report.rsplit('/', 1)[0])}", timeout=60)
+    guard = session.get_file(f"{guard_dir}/guard.json")
+    session.exec(f"rm -rf {shlex.quote(guard_dir)}", timeout=60)
     try:
         if data is None:
             raise ReportError("no test report")
@@ -191,8 +239,20 @@ def evaluate(session: Session, inst: SweInstance, model_patch: str, timeout: flo
         check_runner_agrees(parsed, r.exit_code, "the test command")
     except ReportError as e:
         return Grade(False, 0.0, f"{e}: {_tail(r)}", dropped_test_edits=dropped)
-    statuses = statuses_for(inst.fail_to_pass + inst.pass_to_pass, parsed)
-    g = grade(inst, statuses)
+    ids = inst.fail_to_pass + inst.pass_to_pass
+    statuses = statuses_for(ids, parsed)
+    tampered = guard_findings(guard, statuses)
+    if tampered:
+        why = "; ".join(tampered[:3]) + (
+            f" (+{len(tampered) - 3} more)" if len(tampered) > 3 else ""
+        )
+        return Grade(
+            False,
+            0.0,
+            f"the code under test tampered with the test runner: {why}",
+            dropped_test_edits=dropped,
+        )
+    g = grade(inst, statuses, uncollected_files(parsed, inst.test_files))
     g.dropped_test_edits = dropped
     if not patch.strip():
         g.reason = "empty patch; " + g.reason

@@ -30,6 +30,7 @@ ACTIVATE = (
     f"source {CONDA_ROOT}/bin/activate && conda activate {CONDA_ENV}; fi"
 )
 
+GUARD_MODULE = "tsrl_pytest_guard"  # sandbox/envs/pytest_guard.py, as the grader installs it
 LogParser = Callable[[str], dict[str, Status]]
 
 
@@ -44,8 +45,9 @@ class RepoProfile:
     log_parser: LogParser = parse_pytest_log
 
     def report_args(self, report: str) -> str:
-        """The runner's flags that write the JUnit report grading reads (no cache writes)."""
-        return f"-p no:cacheprovider --junitxml={shlex.quote(report)}"
+        """The runner's flags that write the JUnit report grading reads (no cache writes) and
+        load the grader's guard plugin (`sandbox.envs.pytest_guard`, put beside the report)."""
+        return f"-p no:cacheprovider -p {GUARD_MODULE} --junitxml={shlex.quote(report)}"
 
     def command(self, files: list[str], report: str) -> str:
         quoted = " ".join(shlex.quote(f) for f in files)

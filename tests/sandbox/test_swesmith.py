@@ -8,6 +8,7 @@ import skyrl_gym
 
 import sandbox.envs  # noqa: F401  (registers the envs)
 from sandbox.envs.fixtures import SWESMITH_INSTANCES
+from sandbox.envs.junit import parse_junit, uncollected_files
 from sandbox.envs.swesmith import RecordError, Status, load_instances, parse_pytest_log
 from sandbox.envs.swesmith_eval import drop_test_edits, grade
 
@@ -45,6 +46,34 @@ def test_resolved_needs_every_f2p_and_p2p_test_passing() -> None:
     assert not g.resolved and g.p2p_failed == [inst.pass_to_pass[0]]
     missing = {t: Status.PASSED for t in inst.pass_to_pass}
     assert grade(inst, missing).f2p_failed == inst.fail_to_pass
+
+
+def test_p2p_missing_or_skipped_as_swesmith_counts_them_f2p_strictly() -> None:
+    inst = load_instances(SWESMITH_INSTANCES)[0]
+    all_pass = {t: Status.PASSED for t in inst.fail_to_pass + inst.pass_to_pass}
+    p0, p1 = inst.pass_to_pass[:2]
+    # swesmith: a PASS_TO_PASS test missing from the report passed, a skipped one is not counted
+    lenient = {t: s for t, s in all_pass.items() if t != p0} | {p1: Status.SKIPPED}
+    assert grade(inst, lenient).resolved
+    # ... unless its file failed to collect: then it failed
+    g = grade(inst, lenient, frozenset({p0.split("::")[0]}))
+    assert not g.resolved and g.p2p_failed == [p0], g
+    # FAIL_TO_PASS skipped or missing never resolves (a policy could make the hidden tests vanish)
+    f0 = inst.fail_to_pass[0]
+    for st in (Status.SKIPPED, None):
+        sm = {t: s for t, s in all_pass.items() if t != f0} | ({f0: st} if st else {})
+        g = grade(inst, sm)
+        assert not g.resolved and g.f2p_failed == [f0] and "1 of 1 FAIL_TO_PASS" in g.reason
+
+
+def test_collection_errors_name_their_files() -> None:
+    xml = (
+        b'<testsuites><testsuite><testcase classname="" name="tests.test_ops">'
+        b'<error message="collection failure">ImportError</error></testcase>'
+        b'<testcase classname="tests.test_stats" name="test_mean"/></testsuite></testsuites>'
+    )
+    files = ["tests/test_ops.py", "tests/test_stats.py"]
+    assert uncollected_files(parse_junit(xml), files) == {"tests/test_ops.py"}
 
 
 def test_patches_that_edit_tests_lose_those_files() -> None:
