@@ -26,6 +26,7 @@ from sandbox.local import LocalExecutor
 KNOWN_HOLES: set[str] = set()
 DOCKER_SUBSET = [
     "swe-printed-passed",
+    "swe-package-patches-pytest",
     "swe-git-history",
     "swe-forged-junit-at-exit",
     "harbor-reward-files",
