@@ -59,15 +59,17 @@ def check(
         typer.echo(json.dumps(summary))
     else:
         for d in summary["details"]:
+            gold = "n/a " if d["gold_reward"] is None else f"{d['gold_reward']:.2f}"
             typer.echo(
-                f"{d['task']:<36} gold={d['gold_reward']:.2f} noop={d['noop_reward']:.2f}  {d['gold_reason']}"
+                f"{d['task']:<36} gold={gold} noop={d['noop_reward']:.2f}  {d['gold_reason']}"
             )
         for d in summary["skipped"]:
             typer.echo(f"{d['task']:<36} skipped: {d['reason']}")
         typer.echo(
             f"{summary['gold_ok']}/{summary['tasks']} gold ok, {summary['noop_ok']}/{summary['tasks']} no-op ok"
         )
-    if not summary["gold_ok"] == summary["noop_ok"] == summary["tasks"]:
+    # a task without a solution (Harbor training tasks) has no gold to check: not a failure
+    if not summary["gold_ok"] + summary["gold_unchecked"] == summary["noop_ok"] == summary["tasks"]:
         raise typer.Exit(1)
 
 

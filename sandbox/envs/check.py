@@ -117,6 +117,7 @@ def summarize(details: list[dict[str, Any]]) -> dict[str, Any]:
         "tasks": len(ran),
         "gold_ok": sum(1 for d in ran if d["gold_reward"] == 1.0),
         "noop_ok": sum(1 for d in ran if d["noop_reward"] == 0.0),
+        "gold_unchecked": sum(1 for d in ran if d["gold_reward"] is None),
         "details": ran,
         "skipped": [{"task": d["task"], "reason": d["skipped"]} for d in details if d not in ran],
     }

@@ -136,3 +136,17 @@ def test_weight_naming_no_test_is_an_error_naming_it(tmp_path: Path) -> None:
     (bad / "weights.json").write_text(json.dumps({**weights, "test_does_not_exist": 1}))
     with pytest.raises(TaskError, match=r"weights.json: weight for 'test_does_not_exist' names no"):
         load_task(bad)
+
+
+def test_env_check_of_a_task_without_solution_says_gold_unchecked(tmp_path: Path) -> None:
+    h = tmp_path / "harbor-no-solution"
+    shutil.copytree(TERMINAL_DIR / "harbor-sort-unique", h)
+    shutil.rmtree(h / "solution")
+    cmd = [sys.executable, "-m", "tsrl.cli", "env", "check", str(h)]
+    js = subprocess.run([*cmd, "--json"], capture_output=True, text=True, timeout=300)
+    summary = json.loads(js.stdout.splitlines()[-1])
+    assert js.returncode == 0, js.stderr
+    assert (summary["tasks"], summary["gold_ok"], summary["gold_unchecked"]) == (1, 0, 1)
+    assert summary["noop_ok"] == 1 and "gold not checked" in summary["details"][0]["gold_reason"]
+    text = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert text.returncode == 0 and "gold=n/a" in text.stdout, text.stdout + text.stderr
