@@ -3,8 +3,8 @@
 `ensure_image(client, task, context, dockerfile)` builds the image once per build context: the
 tag is `tsrl-task-<name>:<hash12>`, the hash covering the Dockerfile and every file of the context
 directory (path, mode, bytes; `__pycache__` / `.git` left out: they change without the task
-changing), so an edited task gets a new tag and an unchanged one reuses the existing tag without
-building. Nothing is pulled (`pull=False`; these machines have no registry): every base image
+changing), so an edited task gets a new tag (its older tags are pruned) and an unchanged one reuses
+the existing tag without building. Nothing is pulled (`pull=False`; these machines have no registry): every base image
 named by a `FROM` must already be local, else `ImageBuildError` names the task, the Dockerfile,
 the missing image and the fix, before any build starts. The local backend builds nothing
 (`local_gap` says when a Dockerfile adds what the sandbox base lacks).
@@ -180,4 +180,25 @@ def ensure_image(client: Any, task: str, context: Path, dockerfile: Path) -> str
         except docker.errors.APIError as e:
             raise ImageBuildError(f"task {task!r}: building {dockerfile} failed: {e}") from None
         builds += 1
+        prune_old_tags(client, tag)
         return tag
+
+
+def prune_old_tags(client: Any, tag: str) -> list[str]:
+    """Remove the task's images of earlier build contexts (`tsrl-task-<name>:<other hash>`), so
+    an edited task does not leave one image per edit behind; one still used by a container
+    stays (the engine refuses), as does every other tag of that image."""
+    import docker.errors
+
+    repo = tag.rsplit(":", 1)[0]
+    removed = []
+    for img in client.images.list(name=repo):
+        for old in img.tags:
+            name = old.removeprefix("localhost/").removeprefix("docker.io/library/")
+            if name.rsplit(":", 1)[0] == repo and name != tag:
+                try:
+                    client.images.remove(old)
+                    removed.append(name)
+                except docker.errors.APIError:
+                    pass
+    return removed

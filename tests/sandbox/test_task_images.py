@@ -54,6 +54,8 @@ def test_build_is_cached_and_a_changed_context_gets_a_new_tag(
     new = images.ensure_image(client, "Cache_Test", tmp_path, tmp_path / "Dockerfile")
     built_tags.append(new)
     assert new != tag and images.builds == before + 2
+    names = {t.split("/")[-1] for img in client.images.list() for t in img.tags}
+    assert new in names and tag not in names  # the old context's image was pruned
 
 
 def test_missing_base_image_names_task_dockerfile_image_and_fix(
