@@ -14,7 +14,7 @@ backend nothing is built and metadata["image_note"] says so (and why the task ma
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 from skyrl_gym.envs.base_text_env import ConversationType
@@ -31,6 +31,8 @@ from sandbox.envs.terminal import (
 from sandbox.envs.tools import TOOL_HELP
 from sandbox.executor import Backend, Session
 from sandbox.images import ensure_image, local_gap
+
+LOCAL_VERIFIER_DIRS = ("/data", "/output")
 
 
 class TerminalEnv(ToolEnv):
@@ -90,6 +92,11 @@ class TerminalEnv(ToolEnv):
         if app is None:
             self.verdict = Verdict(0.0, "could not pack the agent's /app for the verifier")
         else:
-            with self.pool.acquire(self.task.verify_spec(self._image)) as s:
+            spec = self.task.verify_spec(self._image)
+            if self.pool.backend is Backend.LOCAL:
+                # no root and a read-only / here: the directories TB1 / Harbor verifiers write
+                # outside /app (what a root verifier would create) are writable scratch instead
+                spec = replace(spec, scratch=(*spec.scratch, *LOCAL_VERIFIER_DIRS))
+            with self.pool.acquire(spec) as s:
                 self.verdict = verify(s, self.task, app)
         return self.verdict.reward, {"verdict": asdict(self.verdict), "task": self.task.name}

@@ -150,3 +150,24 @@ def test_env_check_of_a_task_without_solution_says_gold_unchecked(tmp_path: Path
     assert summary["noop_ok"] == 1 and "gold not checked" in summary["details"][0]["gold_reason"]
     text = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert text.returncode == 0 and "gold=n/a" in text.stdout, text.stdout + text.stderr
+
+
+def test_local_verifier_can_write_data_and_output(tmp_path: Path) -> None:
+    """TB1 runners that write outside /app (as a root verifier in the task's container would)
+    earn gold 1 on the local backend too, where / is read-only and the verifier is uid 65534."""
+    t = tmp_path / "tb1-writes-output"
+    shutil.copytree(TERMINAL_DIR / "tb1-hello-file", t)
+    runner = (t / "run-tests.sh").read_text().replace(
+        "cd /app\n",
+        "mkdir -p /output/logs /data && echo run > /output/logs/run.txt && cp /app/hello.txt /data/\n"
+        "cd /app\n",
+    )
+    (t / "run-tests.sh").write_text(runner)
+    out = subprocess.run(
+        [sys.executable, "-m", "tsrl.cli", "env", "check", str(t), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    summary = json.loads(out.stdout.splitlines()[-1])
+    assert (summary["gold_ok"], summary["noop_ok"]) == (1, 1), summary["details"]
