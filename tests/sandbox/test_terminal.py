@@ -159,7 +159,8 @@ def test_local_verifier_can_write_data_and_output(tmp_path: Path) -> None:
     shutil.copytree(TERMINAL_DIR / "tb1-hello-file", t)
     runner = (t / "run-tests.sh").read_text().replace(
         "cd /app\n",
-        "mkdir -p /output/logs /data && echo run > /output/logs/run.txt && cp /app/hello.txt /data/\n"
+        "mkdir -p /output/logs /data && echo run > /output/logs/run.txt && cp /app/hello.txt /data/"
+        " || exit 3\n"
         "cd /app\n",
     )
     (t / "run-tests.sh").write_text(runner)
