@@ -40,6 +40,7 @@ import uuid
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from sandbox.bridge_net import isolate_bridge
 from sandbox.docker_support import (  # noqa: F401  (ensure_podman_socket, _ping: re-exported)
     LABEL,
     PODMAN_SOCKET,
@@ -105,6 +106,8 @@ class DockerSession:
 
     def _start(self) -> None:
         try:
+            if self.spec.network:
+                isolate_bridge(self.client)  # before the container can send anything
             self.container = self.client.containers.run(
                 self.image, ["sleep", "infinity"], detach=True, **container_kwargs(self.spec)
             )

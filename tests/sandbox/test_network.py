@@ -79,3 +79,28 @@ def test_network_without_slirp4netns_is_refused_naming_the_field(
     monkeypatch.setattr(netns.shutil, "which", lambda name: None)
     with pytest.raises(SandboxError, match=r"allow_internet.*slirp4netns"):
         local_executor.open(SessionSpec(network=True))
+
+
+def test_networked_docker_sandbox_cannot_reach_host_services(listener: int) -> None:
+    """The docker backend's bridge: no host address (the bridge gateway, eth0), no host gateway
+    and not 10.0.2.2 (where this machine's PostgreSQL and Redis answer the host) let a
+    networked container in (`sandbox.bridge_net`)."""
+    import subprocess
+
+    from sandbox import bridge_net
+    from sandbox.bridge_net import host_gateways
+    from sandbox.docker_backend import DockerExecutor
+
+    ex = DockerExecutor()
+    # start from a host without the rules (an earlier run left them): the session must add them
+    for spec in bridge_net.rules(bridge_net.bridge_subnets(ex.client)):
+        while subprocess.run(["iptables", "-D", *spec], capture_output=True).returncode == 0:
+            pass
+    bridge_net._DONE.clear()
+    gateway = [a for a in ("10.88.0.1",) if a in netns.host_addresses()]
+    hosts = ["127.0.0.1", "10.0.2.2", *gateway, *netns.host_addresses(), *host_gateways()]
+    targets = [f"{h}:{p}" for h in dict.fromkeys(hosts) for p in (5432, 6379, listener)]
+    with ex.open(SessionSpec(network=True, label="net-docker")) as s:
+        seen = _probe(s, targets)
+    assert seen == {t: "closed" for t in targets}, seen
+    assert _answers(listener)  # the host itself reaches it

@@ -157,11 +157,15 @@ def test_local_verifier_can_write_data_and_output(tmp_path: Path) -> None:
     earn gold 1 on the local backend too, where / is read-only and the verifier is uid 65534."""
     t = tmp_path / "tb1-writes-output"
     shutil.copytree(TERMINAL_DIR / "tb1-hello-file", t)
-    runner = (t / "run-tests.sh").read_text().replace(
-        "cd /app\n",
-        "mkdir -p /output/logs /data && echo run > /output/logs/run.txt && cp /app/hello.txt /data/"
-        " || exit 3\n"
-        "cd /app\n",
+    runner = (
+        (t / "run-tests.sh")
+        .read_text()
+        .replace(
+            "cd /app\n",
+            "mkdir -p /output/logs /data && echo run > /output/logs/run.txt && cp /app/hello.txt /data/"
+            " || exit 3\n"
+            "cd /app\n",
+        )
     )
     (t / "run-tests.sh").write_text(runner)
     out = subprocess.run(
