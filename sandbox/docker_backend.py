@@ -27,13 +27,17 @@ Every container carries the labels `thundersync.sandbox=1`, `thundersync.owner_p
 container's CHOWN / DAC_OVERRIDE / FOWNER capabilities and no-new-privileges; after the command
 every process but pid 1 and `sleep infinity` is killed (a root `kill -9 -1` would stop the
 container), and `reset` replaces the container (root may have written anywhere), so such a
-session is never reused dirty. The file tools still act as uid 65534.
+session is never reused dirty. The file tools still act as uid 65534. `exec_user` naming a user of
+the image (a task Dockerfile's non-root USER) runs `exec` and the file tools as that uid:gid
+(resolved in the container); such a session is also replaced on reset, since the image's own
+files belong to that uid and cannot be told apart from what the agent wrote.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import threading
 import time
 import uuid
@@ -93,12 +97,17 @@ def _did_not_start(r: ExecResult | None) -> bool:
 class DockerSession:
     def __init__(self, client: Any, spec: SessionSpec, image: str) -> None:
         self.client, self.spec, self.image = client, spec, spec.image or image
-        if spec.exec_user not in (None, "root"):
+        user = spec.exec_user
+        if user is not None and (not user or not re.fullmatch(r"[A-Za-z0-9_.:-]+", user)):
             raise SandboxError(
-                f"SessionSpec.exec_user must be None (the sandbox user) or 'root', "
-                f"got {spec.exec_user!r}"
+                "SessionSpec.exec_user must be None (the sandbox user), 'root' or a user of the "
+                f"image (name or uid[:gid]), got {user!r}"
             )
-        self._root = spec.exec_user == "root"
+        self._root = user == "root"
+        # an image's own user (a task Dockerfile's USER): its files came with the image, so a
+        # reset replaces the container (as for root) instead of deleting what that uid owns
+        self._own_user = user is not None and not self._root
+        self._user = f"{UID}:{UID}"
         self._keep = ""  # pid of `sleep infinity`: root execs' cleanup must spare it
         self._closed = False
         self._start()
@@ -145,28 +154,37 @@ class DockerSession:
         if code != 0:
             raise SandboxError(f"setting up the container failed: {cmd} -> {code}")
 
+    def _resolve_user(self, user: str) -> str:
+        """`uid:gid` of an image user (a name, uid or uid:gid); root is never an agent's."""
+        name, _, group = user.partition(":")
+        code, out = self.container.exec_run(["sh", "-c", f'id -u "{name}" && id -g "{name}"'])
+        ids = out.decode().split() if code == 0 else []
+        if len(ids) != 2 and not name.isdigit():
+            raise SandboxError(f"image {self.image!r}: user {user!r} does not exist in it")
+        uid = ids[0] if len(ids) == 2 else name
+        gid = group or (ids[1] if len(ids) == 2 else uid)
+        if uid == "0":
+            raise SandboxError(f"image {self.image!r}: user {user!r} is root; agents never are")
+        return f"{uid}:{gid}"
+
     def reset(self) -> None:
         """Back to a fresh session: no process of the sandbox user left, nothing it wrote
         anywhere (task and scratch dirs, /tmp, /var/tmp, /dev/shm, ...), task dir re-copied.
         A root session (`exec_user`) gets a new container: root may have written anywhere."""
-        if self._root:
+        if self._root or self._own_user:
             with contextlib.suppress(Exception):
                 self.container.remove(force=True)
             self._start()
         self._prepare()
 
     def _prepare(self) -> None:
+        if self._own_user:
+            self._user = self._resolve_user(str(self.spec.exec_user))
         self._kill_leftovers()
         dirs = [self.spec.mount_at, *self.spec.scratch]
         q = " ".join(f"'{d}'" for d in dirs)
-        self._root_exec(
-            [
-                "sh",
-                "-c",
-                f"find / /dev/shm -xdev -user {UID} -delete 2>/dev/null; "
-                f"rm -rf {q} && mkdir -p {q} && chown {UID}:{UID} {q}",
-            ]
-        )
+        wipe = "" if self._own_user else f"find / /dev/shm -xdev -user {UID} -delete 2>/dev/null; "
+        self._root_exec(["sh", "-c", f"{wipe}rm -rf {q} && mkdir -p {q} && chown {self._user} {q}"])
         if self.spec.workdir is not None:
             files: dict[str, tuple[bytes, int]] = {}
             subdirs = []
@@ -217,7 +235,7 @@ class DockerSession:
             eid = api.exec_create(
                 self.container.id,
                 wrapped,
-                user="0:0" if self._root else f"{UID}:{UID}",
+                user="0:0" if self._root else self._user,
                 workdir=self.spec.mount_at,
                 environment=environment,
             )["Id"]
@@ -280,7 +298,7 @@ class DockerSession:
         when that never works, restart the container."""
         kill = ["sh", "-c", "for i in 1 2 3 4 5 6 7 8 9 10; do kill -9 -1 2>/dev/null; done; true"]
         for _ in range(5):
-            if self._try_exec(kill, f"{UID}:{UID}") == 0:
+            if self._try_exec(kill, self._user) == 0:
                 return
             time.sleep(0.1)
         self._restart()
@@ -301,7 +319,7 @@ class DockerSession:
         except Exception as e:
             raise SandboxError(f"container {self.container.id[:12]} did not restart: {e}") from e
         for _ in range(100):  # until the restarted container accepts execs again
-            if self._try_exec(["true"], f"{UID}:{UID}", polls=40) == 0:
+            if self._try_exec(["true"], self._user, polls=40) == 0:
                 self._find_main()
                 return
             time.sleep(0.1)
@@ -376,7 +394,7 @@ class DockerSession:
         wrapped = ["timeout", "-k", "2", str(int(timeout)), *cmd]
         try:
             eid = api.exec_create(
-                self.container.id, wrapped, user=f"{UID}:{UID}", workdir=self.spec.mount_at
+                self.container.id, wrapped, user=self._user, workdir=self.spec.mount_at
             )["Id"]
             out, err = api.exec_start(eid, demux=True)
         except Exception as e:

@@ -55,10 +55,11 @@ class SessionSpec:
     # extra absolute directories that must exist, writable and persistent for the session
     # (e.g. "/tests", "/logs/verifier" for Terminal-Bench verifiers)
     scratch: tuple[str, ...] = ()
-    # who runs `exec`: None = the unprivileged sandbox user (uid 65534: agents always); "root" =
-    # uid 0 in the container on the docker backend (verifiers), whose container is replaced on
-    # reset instead of reused. The local backend ignores it (bubblewrap has no root: uid 65534).
-    # File tools act as the sandbox user either way.
+    # who runs `exec` and the file tools: None = the unprivileged sandbox user (uid 65534);
+    # "root" = uid 0 in the container on the docker backend (verifiers); another name or
+    # uid[:gid] = that user of the image (a task Dockerfile's USER: the agent runs as the task's
+    # user, never as root). Root and image users get a new container on reset instead of a
+    # reused one. The local backend ignores it (bubblewrap has no root: uid 65534).
     exec_user: str | None = None
 
 

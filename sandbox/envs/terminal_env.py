@@ -77,8 +77,20 @@ class TerminalEnv(ToolEnv):
             {"role": "user", "content": self.task.instruction},
         ]
 
+    def agent_user(self) -> str | None:
+        """The task image's USER (docker backend) for the agent's commands; None (the sandbox
+        user, uid 65534) when the image declares none or root: agents never run as root."""
+        image = self.image()
+        if image is None:
+            return None
+        client = self.pool.executor.client  # type: ignore[attr-defined]
+        user = str((client.images.get(image).attrs.get("Config") or {}).get("User") or "")
+        return None if user.split(":")[0] in ("", "root", "0") else user
+
     def open_session(self) -> Session:
-        return self.acquire_session(self.task.session_spec(self.image()))
+        spec = self.task.session_spec(self.image())
+        user = self.agent_user()
+        return self.acquire_session(replace(spec, exec_user=user) if user else spec)
 
     def start(self) -> dict[str, Any]:
         self.verdict = None

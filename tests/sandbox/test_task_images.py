@@ -151,3 +151,36 @@ def test_local_catalogue_leaves_out_fixtures_needing_their_image() -> None:
     }
     assert set(IMAGE_FIXTURES) <= names["docker"] and not set(IMAGE_FIXTURES) & names["local"]
     assert names["docker"] - names["local"] == set(IMAGE_FIXTURES)
+
+
+def test_agent_runs_as_the_images_user_and_reset_keeps_its_files(
+    tmp_path: Path, docker_executor: DockerExecutor, built_tags: list[str]
+) -> None:
+    """A Dockerfile's non-root USER is the agent's user (commands and file tools); the image's
+    files of that user survive a reset (the container is replaced, not wiped by uid)."""
+    import shutil
+
+    task = tmp_path / "tb1-user"
+    shutil.copytree(TERMINAL_DIR / "tb1-hello-file", task)
+    (task / "Dockerfile").write_text(
+        "FROM thundersync-sandbox:bookworm\n"
+        "RUN echo 'builder:x:1234:1234::/home/builder:/bin/sh' >> /etc/passwd && "
+        "echo 'builder:x:1234:' >> /etc/group && mkdir -p /home/builder && "
+        "echo keep > /home/builder/own.txt && chown -R 1234:1234 /home/builder\n"
+        "USER builder\nWORKDIR /app\n"
+    )
+    env = TerminalEnv(extras={"task": str(task), "executor": docker_executor})
+    try:
+        env.init()
+        built_tags.append(str(env.image()))
+        env.step('<tool>create\n{"path": "made.txt", "content": "x"}</tool>')
+        out = env.step(
+            "<tool>bash\nid -u; stat -c %u /app/made.txt; cat /home/builder/own.txt</tool>"
+        )
+        assert out["observations"][0]["content"].split()[:3] == ["1234", "1234", "keep"], out
+        env.init()  # a reset: the image's own file is still there, the agent's is gone
+        out = env.step("<tool>bash\ncat /home/builder/own.txt; ls /app</tool>")
+        assert out["observations"][0]["content"].split()[0] == "keep"
+        assert "made.txt" not in out["observations"][0]["content"]
+    finally:
+        env.close()
