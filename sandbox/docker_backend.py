@@ -111,7 +111,12 @@ class DockerSession:
         self._keep = ""  # pid of `sleep infinity`: root execs' cleanup must spare it
         self._closed = False
         self._start()
-        self._prepare()
+        try:
+            self._prepare()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.container.remove(force=True)
+            raise
 
     def _start(self) -> None:
         try:

@@ -109,7 +109,11 @@ def test_root_session_kills_leftovers_and_is_replaced_on_reset(
     docker_executor: DockerExecutor,
 ) -> None:
     with pytest.raises(SandboxError, match="exec_user must be None"):
-        docker_executor.open(SessionSpec(exec_user="1000"))
+        docker_executor.open(SessionSpec(exec_user="no such user"))
+    with pytest.raises(SandboxError, match="is root; agents never are"):
+        docker_executor.open(SessionSpec(exec_user="0:0"))
+    with pytest.raises(SandboxError, match="does not exist in it"):
+        docker_executor.open(SessionSpec(exec_user="nobody-here"))
     s = docker_executor.open(SessionSpec(exec_user="root", label="root-test"))
     try:
         r = s.exec("id -u; echo x > /etc/tsrl-root-mark; (sleep 300 &) ; sleep 300 & echo ok")
