@@ -11,10 +11,15 @@
   every test file is restored to the instance's state, and the repo profile's test command
   (`sandbox.envs.swesmith_profiles`, pytest) writes a JUnit report to an
   unguessable path outside the repository (`sandbox.envs.junit`): test results come only from
-  it, never from the output stream, so printed `PASSED <id>` lines earn nothing;
+  it, never from the output stream, so printed `PASSED <id>` lines earn nothing; a guard
+  plugin loaded before collection (`sandbox.envs.pytest_guard`) must back every reported pass
+  with its own verdict, so package code that patches pytest at import earns nothing either;
 - reasons say what happened: "n of m FAIL_TO_PASS failed: ...", "apply failed: ...",
-  "eval failed before tests ran: <tail>", "patch refused: ...".
-resolved = every FAIL_TO_PASS and PASS_TO_PASS test passes (XFAIL counts as passing).
+  "eval failed before tests ran: <tail>", "patch refused: ...", "the code under test tampered
+  with the test runner: ...".
+resolved = every FAIL_TO_PASS test reported passed (XFAIL counts) and no PASS_TO_PASS test failed
+as swesmith counts them (`grade`: missing = passed unless its file failed to collect, skipped =
+not counted).
 """
 
 from __future__ import annotations
