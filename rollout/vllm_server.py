@@ -23,6 +23,7 @@ from pathlib import Path
 import httpx
 
 from teacher.lifeline import Lifeline
+from tsrl.cache import cache_root
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -120,7 +121,10 @@ class VLLMServer:
         env = dict(os.environ)
         env.update(
             VLLM_CPU_KVCACHE_SPACE=str(self.config.kv_cache_gib),
-            VLLM_CACHE_ROOT=str(self._log_dir / "cache"),
+            # shared by every server of this machine's cache: vLLM keys its entries (the model
+            # registry's class inspection, a subprocess that imports vLLM again, ~10-45 s here)
+            # by the source file's hash and writes them atomically
+            VLLM_CACHE_ROOT=str(cache_root() / "vllm"),
             HF_HUB_OFFLINE="1",
             TRANSFORMERS_OFFLINE="1",
             VLLM_SERVER_DEV_MODE="1",
