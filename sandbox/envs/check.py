@@ -9,9 +9,11 @@ reason (check it with --backend docker) and counted in neither "tasks" nor "deta
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -104,11 +106,16 @@ def check_path(
     return [check_terminal(path, executor)]
 
 
-def check_all(executor: Executor) -> list[dict[str, Any]]:
-    out = check_path(fixtures.SWESMITH_INSTANCES, executor)
-    for task in fixtures.terminal_tasks():
-        out += check_path(task, executor)
-    return out
+def check_all(executor: Executor, workers: int = 3) -> list[dict[str, Any]]:
+    """Every shipped fixture, `workers` tasks at a time (each task's episodes wait on its
+    sandbox most of the time); results in fixture order."""
+    jobs: list[Callable[[], dict[str, Any]]] = [
+        functools.partial(check_swe, inst, executor)
+        for inst in load_instances(fixtures.SWESMITH_INSTANCES)
+    ]
+    jobs += [functools.partial(check_terminal, t, executor) for t in fixtures.terminal_tasks()]
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        return list(pool.map(lambda job: job(), jobs))
 
 
 def summarize(details: list[dict[str, Any]]) -> dict[str, Any]:
