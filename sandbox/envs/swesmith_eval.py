@@ -170,12 +170,18 @@ def eval_script(inst: SweInstance, report: str, profile: RepoProfile | None = No
     profile = profile or profile_for(inst)
     files = " ".join(shlex.quote(f) for f in inst.test_files)
     guard_dir = shlex.quote(report.rsplit("/", 1)[0])
+    guard = (
+        f"export PYTHONPATH={guard_dir}${{PYTHONPATH:+:$PYTHONPATH}} "
+        f"TSRL_GUARD_OUT={guard_dir}/guard.json"
+        if profile.is_pytest
+        else "# no guard plugin: the runner is not pytest"
+    )
     return f"""#!/bin/bash
 set -uxo pipefail
 cd "$(dirname "$0")/.."
 git checkout -q HEAD -- {files}
 {ACTIVATE}
-export PYTHONPATH={guard_dir}${{PYTHONPATH:+:$PYTHONPATH}} TSRL_GUARD_OUT={guard_dir}/guard.json
+{guard}
 : '{START_MARKER}'
 {profile.command(inst.test_files, report)}
 rc=$?
@@ -207,7 +213,8 @@ def evaluate(session: Session, inst: SweInstance, model_patch: str, timeout: flo
         return Grade(False, 0.0, f"patch refused: {'; '.join(refused)}")
     patch, dropped = drop_test_edits(model_patch)
     report = report_path(REPORT_DIR)
-    session.put_file(".tsrl/eval.sh", eval_script(inst, report).encode())
+    profile = profile_for(inst)
+    session.put_file(".tsrl/eval.sh", eval_script(inst, report, profile).encode())
     if patch.strip():
         session.put_file(".tsrl/model.patch", patch.encode())
         session.put_file(".tsrl/apply.sh", APPLY.encode())
@@ -219,7 +226,8 @@ def evaluate(session: Session, inst: SweInstance, model_patch: str, timeout: flo
             tail = r.stdout.strip()[-300:]
             return Grade(False, 0.0, f"apply failed: {tail}", dropped_test_edits=dropped)
     guard_dir = report.rsplit("/", 1)[0]
-    session.put_file(f"{guard_dir}/{GUARD_MODULE}.py", GUARD_SOURCE)
+    if profile.is_pytest:
+        session.put_file(f"{guard_dir}/{GUARD_MODULE}.py", GUARD_SOURCE)
     # the instance's test files as they are in its bug commit (test edits never survive)
     files = " ".join(shlex.quote(f) for f in inst.test_files)
     session.exec(f"git checkout -q HEAD -- {files}; rm -f *.rej", timeout=60)
@@ -227,7 +235,7 @@ def evaluate(session: Session, inst: SweInstance, model_patch: str, timeout: flo
     if r.timed_out:
         return Grade(False, 0.0, f"timeout after {timeout}s", dropped_test_edits=dropped)
     data = session.get_file(report)
-    guard = session.get_file(f"{guard_dir}/guard.json")
+    guard = session.get_file(f"{guard_dir}/guard.json") if profile.is_pytest else None
     session.exec(f"rm -rf {shlex.quote(guard_dir)}", timeout=60)
     try:
         if data is None:
@@ -246,7 +254,7 @@ def evaluate(session: Session, inst: SweInstance, model_patch: str, timeout: flo
         return Grade(False, 0.0, f"{e}: {_tail(r)}", dropped_test_edits=dropped)
     ids = inst.fail_to_pass + inst.pass_to_pass
     statuses = statuses_for(ids, parsed)
-    tampered = guard_findings(guard, statuses)
+    tampered = guard_findings(guard, statuses) if profile.is_pytest else []
     if tampered:
         why = "; ".join(tampered[:3]) + (
             f" (+{len(tampered) - 3} more)" if len(tampered) > 3 else ""

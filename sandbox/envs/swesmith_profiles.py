@@ -36,17 +36,28 @@ LogParser = Callable[[str], dict[str, Status]]
 
 @dataclass(frozen=True)
 class RepoProfile:
-    """`test_cmd` must be pytest (it is given the JUnit flags and the instance's test files);
-    `install_cmds` run in the repo when an instance image is built (published images ran them)."""
+    """`test_cmd` is given the report flags and the instance's test files; `install_cmds` run in
+    the repo when an instance image is built (published images ran them). `report_flags` is
+    None for pytest (JUnit report, no cache writes, the grader's guard plugin); another runner
+    names the flags that make it write a JUnit report at `{report}` (jest with jest-junit,
+    gotestsum's `--junitfile {report}`, ...): grading then trusts that report and the runner's
+    exit code, without the pytest-only guard."""
 
     name: str
     test_cmd: str = "python3 -m pytest -rA --color=no --disable-warnings"
     install_cmds: tuple[str, ...] = ("python -m pip install -e .",)
     log_parser: LogParser = parse_pytest_log
+    report_flags: str | None = None
+
+    @property
+    def is_pytest(self) -> bool:
+        return self.report_flags is None
 
     def report_args(self, report: str) -> str:
-        """The runner's flags that write the JUnit report grading reads (no cache writes) and
-        load the grader's guard plugin (`sandbox.envs.pytest_guard`, put beside the report)."""
+        """The runner's flags that write the JUnit report grading reads (pytest: no cache
+        writes, and the grader's guard plugin `sandbox.envs.pytest_guard`, beside the report)."""
+        if self.report_flags is not None:
+            return self.report_flags.format(report=shlex.quote(report))
         return f"-p no:cacheprovider -p {GUARD_MODULE} --junitxml={shlex.quote(report)}"
 
     def command(self, files: list[str], report: str) -> str:

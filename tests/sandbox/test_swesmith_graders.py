@@ -147,3 +147,30 @@ def test_runner_edit_filter_keeps_ordinary_config_changes() -> None:
         "setup.cfg changes pytest options"
     ]
     assert json.dumps(runner_edits("diff --git a/pkg/_pytest/x.py b/pkg/_pytest/x.py\n"))
+
+
+def test_a_registered_non_pytest_profile_grades_from_its_own_junit_report() -> None:
+    """The profile registry for other runners: the profile names the flags that make its runner
+    write the JUnit report (here pytest's `--junit-xml` alias stands in for jest-junit or
+    gotestsum, which this machine lacks); grading reads that report and the exit code, and the
+    pytest-only guard is neither installed nor asked for."""
+    from sandbox.envs.swesmith_eval import eval_script
+    from sandbox.envs.swesmith_profiles import RepoProfile, profile_for, register
+
+    fixture_profile = profile_for(INST)
+    assert fixture_profile.is_pytest
+    profile = RepoProfile(
+        "other-runner",
+        test_cmd="python3 -m pytest -q -p no:cacheprovider",
+        report_flags="--junit-xml={report}",
+    )
+    register(profile, INST.repo)
+    try:
+        script = eval_script(INST, "/logs/r/junit.xml", profile)
+        assert "--junit-xml=/logs/r/junit.xml" in script and "tsrl_pytest_guard" not in script
+        out = check_swe(INST, LocalExecutor())
+        assert (out["gold_reward"], out["noop_reward"]) == (1.0, 0.0), out
+        assert "1 of 1 FAIL_TO_PASS failed" in out["noop_reason"], out
+    finally:
+        register(fixture_profile, INST.repo)
+    assert profile_for(INST) is fixture_profile
