@@ -52,9 +52,11 @@ _MISSING = object()
 
 def _get(module: Any, dotted: str) -> Any:
     owner, _, name = dotted.rpartition(".")
-    obj = getattr(module, owner, _MISSING) if owner else module
+    if not owner:
+        return getattr(module, name, _MISSING)
+    obj = getattr(module, owner, _MISSING)
     # a class attribute from its __dict__: the raw classmethod / property, compared by identity
-    return vars(obj).get(name, _MISSING) if owner else getattr(module, name, _MISSING)
+    return _MISSING if obj is _MISSING else vars(obj).get(name, _MISSING)
 
 
 _ORIGINAL = {(m.__name__, d): _get(m, d) for m, d in _CRITICAL if _get(m, d) is not _MISSING}
@@ -77,14 +79,25 @@ def _tamper(why: str) -> None:
         _state["tampered"].append(why)
 
 
-def _trusted(fn: Any) -> bool:
-    """A hook implementation installed code may add while tests are collected: a conftest's
-    (the grader restores the repository's own) or an installed plugin's (`pytest_plugins`)."""
+def _trusted(fn: Any, rootdir: str) -> bool:
+    """A hook implementation code may add while tests are collected: one from the repository's
+    test files (conftest.py, test dirs, `test_*.py`: the grader restores them, so they are the
+    instance's own, e.g. a `pytest_plugins` module under tests/) or an installed plugin's."""
     path = getattr(getattr(fn, "__code__", None), "co_filename", "")
-    if os.path.basename(path) == "conftest.py":
-        return True
     installed = {sys.prefix, sys.base_prefix, sys.exec_prefix}
-    return "-packages" + os.sep in path or any(path.startswith(p + os.sep) for p in installed)
+    if "-packages" + os.sep in path or any(path.startswith(p + os.sep) for p in installed):
+        return True
+    rel = os.path.relpath(path, rootdir) if os.path.isabs(path) else ""
+    if not rel or rel.startswith(".."):
+        return False
+    parts = rel.split(os.sep)
+    name = parts[-1]
+    return (
+        name == "conftest.py"
+        or name.startswith("test_")
+        or name.endswith("_test.py")
+        or any(p in ("test", "tests", "testing") for p in parts[:-1])
+    )
 
 
 def _impls(config: pytest.Config) -> set[tuple[str, int]]:
@@ -107,7 +120,9 @@ def _check(config: pytest.Config) -> None:
     pm = config.pluginmanager
     for hook in _HOOKS:
         for impl in getattr(pm.hook, hook).get_hookimpls():
-            if (hook, id(impl.function)) not in _state["impls"] and not _trusted(impl.function):
+            known = (hook, id(impl.function)) in _state["impls"]
+            rootdir = str(getattr(config, "rootpath", None) or config.rootdir)  # pytest < 6.1
+            if not known and not _trusted(impl.function, rootdir):
                 _tamper(f"{impl.plugin_name!r}, neither a conftest nor installed, hooks {hook}")
 
 

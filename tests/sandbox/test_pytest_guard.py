@@ -18,7 +18,9 @@ from sandbox.envs.junit import Status
 from sandbox.envs.swesmith_eval import GUARD_SOURCE, guard_findings
 
 
-def _run(tmp_path: Path, package_code: str = "", conftest: str = "") -> dict[str, object]:
+def _run(
+    tmp_path: Path, package_code: str = "", conftest: str = "", files: dict[str, str] | None = None
+) -> dict[str, object]:
     repo = tmp_path / "repo"
     shutil.copytree(SWESMITH_DIR / "repos" / "minicalc", repo)
     (repo / "minicalc" / "ops.py").write_text(
@@ -28,8 +30,10 @@ def _run(tmp_path: Path, package_code: str = "", conftest: str = "") -> dict[str
         f.write(package_code)
     if conftest:
         (repo / "tests" / "conftest.py").write_text(conftest)
+    for name, text in (files or {}).items():
+        (repo / name).write_text(text)
     guard = tmp_path / "guard"
-    guard.mkdir()
+    guard.mkdir(parents=True)
     (guard / "tsrl_pytest_guard.py").write_bytes(GUARD_SOURCE)
     env = {"PYTHONPATH": str(guard), "TSRL_GUARD_OUT": str(guard / "out.json"), "PATH": "/usr/bin"}
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
@@ -43,6 +47,26 @@ def test_honest_run_has_its_own_verdicts_and_no_findings(tmp_path: Path) -> None
     tests = out["tests"]
     assert isinstance(tests, dict) and tests["tests/test_ops.py::test_add"] == "failed"
     assert tests["tests/test_ops.py::test_power"] == "passed"
+
+
+def test_a_plugin_module_of_the_repositorys_tests_is_not_tampering(tmp_path: Path) -> None:
+    """Hooks registered late (during collection) from the repository's test files are its own
+    (the grader restores them); the same registration of a module of the package is not."""
+    plugin = (
+        "import pytest\n\n@pytest.hookimpl(hookwrapper=True)\n"
+        "def pytest_runtest_makereport(item, call):\n    yield\n"
+    )
+    late = (
+        "import importlib\n\n"
+        "def pytest_collection_modifyitems(config, items):\n"
+        "    config.pluginmanager.register(importlib.import_module({!r}), 'late')\n"
+    )
+    files = {"tests/helper_plugin.py": plugin, "tests/__init__.py": ""}
+    out = _run(tmp_path, conftest=late.format("tests.helper_plugin"), files=files)
+    assert out["tampered"] == [], out
+    files = {"minicalc/helper_plugin.py": plugin}
+    found = _run(tmp_path / "b", conftest=late.format("minicalc.helper_plugin"), files=files)
+    assert any("neither a conftest nor installed" in str(x) for x in found["tampered"]), found  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("code", [PATCH_REPORTS, REGISTER_PLUGIN], ids=["patch", "plugin"])
