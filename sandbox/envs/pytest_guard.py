@@ -121,7 +121,7 @@ def _check(config: pytest.Config) -> None:
     for hook in _HOOKS:
         for impl in getattr(pm.hook, hook).get_hookimpls():
             known = (hook, id(impl.function)) in _state["impls"]
-            rootdir = str(getattr(config, "rootpath", None) or config.rootdir)  # pytest < 6.1
+            rootdir = str(getattr(config, "rootpath", None) or getattr(config, "rootdir", ""))
             if not known and not _trusted(impl.function, rootdir):
                 _tamper(f"{impl.plugin_name!r}, neither a conftest nor installed, hooks {hook}")
 
