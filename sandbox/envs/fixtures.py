@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,25 +32,18 @@ def _tree_hash(*roots: Path) -> str:
     return h.hexdigest()[:16]
 
 
-def fixture_mirrors() -> Path:
-    """Directory holding one git mirror per shipped fixture repository (built when missing).
+def _built_once(out: Path, build: Callable[[Path], None]) -> Path:
+    """The cache entry `out`, built by `build(tmp)` when missing.
 
     Safe when threads and processes race to build it: each builds in a temp dir of its own
     beside the cache entry and renames it into place; the rename is atomic and fails when the
     entry exists, so a loser discards its copy and uses the winner's.
     """
-    instances = load_instances(SWESMITH_INSTANCES)
-    key = _tree_hash(SWESMITH_DIR / "repos", SWESMITH_INSTANCES)
-    out = cache_root() / f"swesmith-mirrors-{key}"
     if (out / ".complete").exists():
         return out
     tmp = private_tmp(out)
     try:
-        by_repo: dict[str, list[SweInstance]] = {}
-        for inst in instances:
-            by_repo.setdefault(inst.repo_name, []).append(inst)
-        for name, insts in by_repo.items():
-            build_mirror(SWESMITH_DIR / "repos" / name, insts, tmp / name)
+        build(tmp)
         (tmp / ".complete").write_text("ok\n")
         tmp.chmod(0o755)  # mkdtemp makes it 0700; the cache entry is shared
         try:
@@ -62,6 +56,20 @@ def fixture_mirrors() -> Path:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # still there only when this one lost
     return out
+
+
+def fixture_mirrors() -> Path:
+    """Directory holding one git mirror per shipped fixture repository (built when missing)."""
+
+    def build(tmp: Path) -> None:
+        by_repo: dict[str, list[SweInstance]] = {}
+        for inst in load_instances(SWESMITH_INSTANCES):
+            by_repo.setdefault(inst.repo_name, []).append(inst)
+        for name, insts in by_repo.items():
+            build_mirror(SWESMITH_DIR / "repos" / name, insts, tmp / name)
+
+    key = _tree_hash(SWESMITH_DIR / "repos", SWESMITH_INSTANCES)
+    return _built_once(cache_root() / f"swesmith-mirrors-{key}", build)
 
 
 def terminal_tasks() -> list[Path]:
@@ -90,12 +98,8 @@ def swesmith_image_context(repo_name: str) -> Path:
     src = SWESMITH_DIR / "repos" / repo_name
     if not src.is_dir():
         raise FileNotFoundError(f"{SWESMITH_DIR / 'repos'}: no fixture repository {repo_name!r}")
-    key = _tree_hash(src, SWESMITH_INSTANCES)
-    out = cache_root() / f"swesmith-image-{repo_name}-{key}"
-    if (out / ".complete").exists():
-        return out
-    tmp = private_tmp(out)
-    try:
+
+    def build(tmp: Path) -> None:
         insts = [i for i in load_instances(SWESMITH_INSTANCES) if i.repo_name == repo_name]
         build_mirror(src, insts, tmp / "testbed")
         activate = tmp / "conda" / "bin" / "activate"
@@ -107,16 +111,9 @@ def swesmith_image_context(repo_name: str) -> Path:
         for name in ("python", "python3"):
             (env_bin / name).symlink_to("/usr/bin/python3")
         (tmp / "Dockerfile").write_text(_IMAGE_DOCKERFILE)
-        (tmp / ".complete").write_text("ok\n")
-        tmp.chmod(0o755)
-        try:
-            tmp.rename(out)
-        except OSError:  # another thread or process won the race
-            if not (out / ".complete").exists():
-                raise OSError(f"{out} exists but is incomplete: remove it and retry") from None
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out
+
+    key = _tree_hash(src, SWESMITH_INSTANCES)
+    return _built_once(cache_root() / f"swesmith-image-{repo_name}-{key}", build)
 
 
 def ensure_swesmith_image(client: Any, image_name: str) -> str:
