@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollout.agent_loop import AgentLoopConfig
 from rollout.chat import TokenizerChatFormat
@@ -18,6 +18,9 @@ from rollout.replicas import ReplicaSet
 from rollout.types import SamplingParams
 from tsrl.config import Objective, RolloutEngine, RunConfig, TeacherScoring
 from tsrl.rundir import RunFiles
+
+if TYPE_CHECKING:
+    from rollout.vllm_server import VLLMServerConfig
 
 
 class ConfigUnsupported(ValueError):
@@ -76,11 +79,12 @@ class RolloutSide:
     teacher_server: Any = None  # VLLMServer, when the teacher is a supervised server
     on_ray: bool = False
     acks: dict[int, dict[str, Any]] = field(default_factory=dict)  # version -> who loaded it, how
+    notes: list[str] = field(default_factory=list)  # log lines on how the side was set up
 
     def report(self) -> list[str]:
         """Log lines on what the rollout side did: per-replica trajectories, the teacher's
         scoring counters. A report only: a dead teacher actor must not mask the run's error."""
-        lines = []
+        lines = list(self.notes)
         if isinstance(self.engine, ReplicaSet):
             lines.append(
                 f"rollout on {len(self.engine.engines)} vLLM replicas; "
@@ -101,7 +105,7 @@ class RolloutSide:
 
     def close(self) -> None:
         if isinstance(self.engine, ReplicaSet) or self.on_ray:
-            self.engine.close()  # stops the vLLM servers / the engine actor
+            self.engine.close()  # stops the vLLM servers (not attached ones) / the engine actor
         if self.teacher is not None:
             self.teacher.close()
         if self.teacher_server is not None:
@@ -201,6 +205,12 @@ def rollout_side(
     )
     side = RolloutSide(engine, TokenizerChatFormat(load_tokenizer(student)), loop_cfg)
     side.on_ray = on_ray
+    if cfg.rollout.vllm.urls and isinstance(engine, ReplicaSet):
+        how = ", ".join(f"{a.method} {a.seconds:.2f} s" for a in engine.last_acks)
+        side.notes.append(
+            f"rollout attached to vLLM servers {' '.join(cfg.rollout.vllm.urls)} (not started "
+            f"or stopped by this run); start weights v{version} loaded into each: {how}"
+        )
     if teacher_dir is not None:
         from teacher.client import TeacherClient
 
@@ -217,24 +227,13 @@ def replica_ids(cfg: RunConfig) -> tuple[str, ...]:
     return tuple(f"engine-{i}" for i in range(n))
 
 
-def vllm_replicas(
-    cfg: RunConfig, files: RunFiles, start: Path, version: int, *, on_ray: bool = False
-) -> ReplicaSet:
-    """`rollout.replicas` vLLM servers on `start`, started in parallel; all or none. With Ray
-    each is a replica actor in its placement bundle, reached at its node's URL (shared-memory
-    weights need the replicas on the learner's host; otherwise `publish.transport: disk` on a
-    shared filesystem)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    import torch
-
-    from rollout.vllm_engine import VLLMEngine
-    from rollout.vllm_server import VLLMServer, VLLMServerConfig
+def replica_server_config(cfg: RunConfig, model: Path | str, *, on_gpu: bool) -> VLLMServerConfig:
+    """The `VLLMServerConfig` of each rollout replica (settings from `rollout.vllm`)."""
+    from rollout.vllm_server import VLLMServerConfig
 
     v = cfg.rollout.vllm
-    on_gpu = cfg.placement.rollout_gpus > 0 if on_ray else torch.cuda.is_available()
-    sc = VLLMServerConfig(
-        model=str(start),
+    return VLLMServerConfig(
+        model=str(model),
         dtype=v.dtype or cfg.model.dtype,
         max_model_len=v.max_model_len,
         kv_cache_gib=v.kv_cache_gib,
@@ -243,6 +242,28 @@ def vllm_replicas(
         gpu_memory_utilization=v.gpu_memory_utilization if on_gpu else None,
         enforce_eager=v.enforce_eager if v.enforce_eager is not None else not on_gpu,
     )
+
+
+def vllm_replicas(
+    cfg: RunConfig, files: RunFiles, start: Path, version: int, *, on_ray: bool = False
+) -> ReplicaSet:
+    """`rollout.replicas` vLLM servers on `start`, started in parallel; all or none. With Ray
+    each is a replica actor in its placement bundle, reached at its node's URL (shared-memory
+    weights need the replicas on the learner's host; otherwise `publish.transport: disk` on a
+    shared filesystem). With `rollout.vllm.urls` the run starts none: it attaches to those
+    servers (rollout/vllm_attach.py) and loads `start` into them."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import torch
+
+    from rollout.vllm_engine import VLLMEngine
+    from rollout.vllm_server import VLLMServer
+
+    v = cfg.rollout.vllm
+    if v.urls:
+        return _attached_replicas(cfg, start, version)
+    on_gpu = cfg.placement.rollout_gpus > 0 if on_ray else torch.cuda.is_available()
+    sc = replica_server_config(cfg, start, on_gpu=on_gpu)
     log_dir = files.root / "vllm"
     eos = _eos_id(start)
     if on_ray:
@@ -268,6 +289,45 @@ def vllm_replicas(
         for i, s in enumerate(servers)
     ]
     return ReplicaSet(engines, replica_ids(cfg))
+
+
+def _attached_replicas(cfg: RunConfig, start: Path, version: int) -> ReplicaSet:
+    """Engines on the running servers of `rollout.vllm.urls`, every one loaded with `start`
+    (version `version`) through the run's publish transport before the first rollout."""
+    import json
+
+    from learner.device import DTYPES
+    from rollout.vllm_attach import attach_servers, load_start_weights
+    from rollout.vllm_engine import VLLMEngine
+    from tsrl.config import WeightTransport
+
+    v = cfg.rollout.vllm
+    context = json.loads((start / "config.json").read_text()).get("max_position_embeddings")
+    need = min(x for x in (cfg.rollout.max_total_tokens, v.max_model_len, context) if x)
+    tp = v.tensor_parallel_size
+    servers: list[Any] = attach_servers(
+        v.urls, start, timeout_s=v.attach_timeout_s, need_len=need, tp=tp
+    )
+    eos = _eos_id(start)
+    engines = [
+        VLLMEngine(s, version=version, eos_token_id=eos, rank_offset=1 + i * tp)
+        for i, s in enumerate(servers)
+    ]
+    replicas = ReplicaSet(engines, replica_ids(cfg))
+    t = cfg.publish.transport
+    try:
+        load_start_weights(
+            replicas,
+            start,
+            version,
+            transport="shm" if t is WeightTransport.AUTO else t.value,
+            dtype=DTYPES[cfg.model.dtype],
+            broadcast_receivers=len(engines) * tp,
+        )
+    except BaseException:
+        replicas.close()  # the engines' HTTP clients; the servers stay up
+        raise
+    return replicas
 
 
 def _eos_id(model_dir: Path) -> int | None:

@@ -119,6 +119,12 @@ def role_demands(cfg: RunConfig) -> list[tuple[PlacementRole, int, int]]:
                 f"(or learner.ranks to {p.learner_gpus})"
             )
         out.append((PlacementRole.LEARNER, ranks, 1))
+    if p.rollout_gpus and cfg.rollout.vllm.urls:
+        raise PlacementError(
+            f"placement.rollout_gpus={p.rollout_gpus} reserves GPUs for rollout replicas, but "
+            "with rollout.vllm.urls the run attaches to running servers and starts none: set "
+            "placement.rollout_gpus to 0"
+        )
     if p.rollout_gpus:
         vllm = cfg.rollout.engine is RolloutEngine.VLLM
         tp = cfg.rollout.vllm.tensor_parallel_size if vllm else 1

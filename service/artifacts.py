@@ -209,8 +209,16 @@ def resolve_run_artifacts(
     session: Session, settings: Settings, token: Token, cfg: RunConfig
 ) -> RunConfig:
     """The config with `model.path`, `teacher.model` and `env.tasks` resolved to the paths of
-    artifacts the token may use; ArtifactError (naming the field) for anything else."""
+    artifacts the token may use; ArtifactError (naming the field) for anything else, and for
+    `rollout.vllm.urls` from a token that is not an admin's (URLs the service would call)."""
     model, teacher, env = cfg.model, cfg.teacher, cfg.env
+    if cfg.rollout.vllm.urls and not token.is_admin:
+        # the driver would call those URLs from the service's host (and load weights into them)
+        raise ArtifactError(
+            "rollout.vllm.urls",
+            "only an admin token may attach a run to running vLLM servers; leave it unset "
+            "(the run starts its own replicas)",
+        )
     if model.path is not None:
         model = model.model_copy(
             update={"path": resolve_model(session, settings, token, "model.path", model.path)}

