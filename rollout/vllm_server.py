@@ -98,7 +98,9 @@ class VLLMServer:
             "-m",
             "vllm.entrypoints.openai.api_server",
             "--model",
-            self.model,
+            # the server runs in its log dir: a relative model dir (runs/NAME/model) would be
+            # taken for a hub repo id there
+            str(Path(self.model).resolve()) if Path(self.model).exists() else self.model,
             "--served-model-name",
             c.served_model_name,
             "--host",
