@@ -6,25 +6,58 @@ socket (vLLM: 1 s). On a CPU host the spinning processes of idle replicas take t
 called replica needs: with 2 replicas on 2 cores each weight load or control call waited up to
 ~1 s for the spinners to give up. 0 makes readers sleep at once (a socket wake-up per message,
 microseconds, against decode steps of milliseconds on CPU).
+
+Nothing is imported here: the patch is applied when a process imports vLLM's queue module itself
+(an import hook), so helper processes that never touch vLLM start as fast as before.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import importlib.abc
+import importlib.machinery
 import os
+import sys
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Any
 
+_TARGET = "vllm.distributed.device_communicators.shm_broadcast"
 _SPIN = os.environ.get("TSRL_VLLM_READER_SPIN_S")
 
-# (helper processes of another interpreter may share the PYTHONPATH: nothing to patch there)
-if _SPIN is not None and importlib.util.find_spec("vllm") is not None:
-    try:
-        from vllm.distributed.device_communicators import shm_broadcast
 
-        _init = shm_broadcast.SpinCondition.__init__
+def _patch(module: ModuleType) -> None:
+    cls = getattr(module, "SpinCondition", None)
+    if cls is None:  # another vLLM version: keep its default, say so
+        print("tsrl sitecustomize: no SpinCondition, reader spin not set", flush=True)
+        return
+    init = cls.__init__
+    spin = float(_SPIN or 0)
 
-        def _patched(self, *args, busy_loop_s: float = float(_SPIN), **kwargs):  # type: ignore[no-untyped-def]
-            _init(self, *args, busy_loop_s=busy_loop_s, **kwargs)
+    def patched(self: Any, *args: Any, busy_loop_s: float = spin, **kwargs: Any) -> None:
+        init(self, *args, busy_loop_s=busy_loop_s, **kwargs)
 
-        shm_broadcast.SpinCondition.__init__ = _patched  # type: ignore[method-assign]
-    except Exception as e:  # noqa: BLE001 - another vLLM version: keep its default, say so
-        print(f"tsrl sitecustomize: reader spin not set ({type(e).__name__}: {e})", flush=True)
+    cls.__init__ = patched
+
+
+class _PatchOnImport(importlib.abc.MetaPathFinder):
+    def find_spec(
+        self, name: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if name != _TARGET:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:
+            return spec
+        loader: Any = spec.loader
+        run = loader.exec_module
+
+        def exec_module(module: ModuleType) -> None:
+            run(module)
+            _patch(module)
+
+        loader.exec_module = exec_module
+        return spec
+
+
+if _SPIN is not None:
+    sys.meta_path.insert(0, _PatchOnImport())

@@ -18,8 +18,9 @@ q, k, v; gate_up_proj = gate, up) is the contiguous run of its parts. A paramete
 not one such run (a padded vocabulary, another dtype) is copied through the model's loader. The
 mapping is read-only: a stray write would crash loudly instead of corrupting the learner's next
 version; the publisher rewrites a slot only after every replica acked a later version, so a
-mapped slot is never written while it is served. Before any other load, parameters go back to
-the replica's own storage (kept for that).
+mapped slot is never written while it is served. A mapped replica holds its weights once (its
+own copies are freed); before any other load the mapped parameters are copied back into storage
+of their own, since that load writes into them.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ class TsrlWeightExtension:
     """Mixed into vLLM's worker class: `self.model_runner.model` is the served model."""
 
     model_runner: Any
-    _tsrl_own: dict[str, torch.Tensor] | None = None  # parameters' own storage while mapped
+    _tsrl_mapped: frozenset[str] = frozenset()  # parameters that view the segment now
     _tsrl_map: mmap.mmap | None = None
 
     def tsrl_load_shm(self, uri: str, version: int | None = None) -> dict[str, Any]:
@@ -100,24 +101,23 @@ class TsrlWeightExtension:
         with open(path, "rb") as raw:
             mm = mmap.mmap(raw.fileno(), 0, access=mmap.ACCESS_READ)
         fused: dict[str, list[str]] = getattr(model, "packed_modules_mapping", {}) or {}
-        own = self._tsrl_own if self._tsrl_own is not None else {}
-        mapped, copied = 0, []
+        mapped, copied = set(), []
         for name, p in model.named_parameters():
             run = _contiguous_run(name, p, entries, fused)
             if run is None:
-                if name in own:  # copied params live in the replica's own storage
-                    p.data = own.pop(name)
+                if name in self._tsrl_mapped:  # it is loaded into: own storage again
+                    p.data = p.data.clone()
                 copied.append(name)
                 continue
-            if name not in own:
-                own[name] = p.data
             with warnings.catch_warnings():  # read-only on purpose (see the module docstring)
                 warnings.simplefilter("ignore", UserWarning)
                 p.data = _view(mm, run[0], numel=p.numel()).view(p.shape)
-            mapped += 1
-        self._tsrl_own, self._tsrl_map = own, mm  # the previous mapping goes with its views
+            mapped.add(name)
+        # the previous mapping (and the replica's own storage of mapped parameters) goes with
+        # its last views: a mapped replica holds its weights once, in the segment
+        self._tsrl_mapped, self._tsrl_map = frozenset(mapped), mm
         if copied:
-            parts = {n for n in copied for n in _sources(n, fused)}
+            parts = {src for name in copied for src in _sources(name, fused)}
             model.load_weights(
                 (e["name"], _view(mm, e)) for e in index["tensors"] if e["name"] in parts
             )
@@ -125,18 +125,19 @@ class TsrlWeightExtension:
             "version": index["version"],
             "tensors": len(index["tensors"]),
             "bytes": index["bytes"],
-            "mapped": mapped,
+            "mapped": len(mapped),
             "copied": len(copied),
         }
 
     def _tsrl_unmap(self) -> None:
-        """Parameters back on the replica's own storage, before a load that writes into them."""
-        if not self._tsrl_own:
+        """Mapped parameters copied into storage of the replica's own, before a load that
+        writes into them (the weights stay those of the mapped version meanwhile)."""
+        if not self._tsrl_mapped:
             return
         for name, p in self.model_runner.model.named_parameters():
-            if name in self._tsrl_own:
-                p.data = self._tsrl_own.pop(name)
-        self._tsrl_own, self._tsrl_map = None, None
+            if name in self._tsrl_mapped:
+                p.data = p.data.clone()
+        self._tsrl_mapped, self._tsrl_map = frozenset(), None
 
     def tsrl_load_path(self, weights_path: str) -> dict[str, Any]:
         """vLLM's in-place reload from a checkpoint directory (the disk transport)."""
@@ -147,9 +148,8 @@ class TsrlWeightExtension:
 
     def tsrl_param_info(self) -> list[list[Any]]:
         """(name, shape, dtype, contiguous, mapped) of every served parameter (diagnostics)."""
-        own = self._tsrl_own or {}
         return [
-            [n, list(p.shape), str(p.dtype), p.is_contiguous(), n in own]
+            [n, list(p.shape), str(p.dtype), p.is_contiguous(), n in self._tsrl_mapped]
             for n, p in self.model_runner.model.named_parameters()
         ]
 
