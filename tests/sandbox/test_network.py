@@ -93,12 +93,21 @@ def test_networked_docker_sandbox_cannot_reach_host_services(listener: int) -> N
 
     ex = DockerExecutor()
     # start from a host without the rules (an earlier run left them): the session must add them
-    for spec in bridge_net.rules(bridge_net.bridge_subnets(ex.client)):
+    gateways = bridge_net.bridge_gateways(ex.client)
+    # start from a fresh host's firewall: none of our rules, and none of CNI's chains (CNI makes
+    # them at the first networked container; rules skipped for want of CNI-ADMIN let that first
+    # container reach 10.0.2.2 through CNI-FORWARD's accept rules). The podman tests run one at
+    # a time (tests/conftest.py), so no other networked container is using CNI's chains now.
+    for spec in bridge_net.rules(bridge_net.bridge_subnets(ex.client), gateways):
         while subprocess.run(["iptables", "-D", *spec], capture_output=True).returncode == 0:
             pass
-    bridge_net._DONE.clear()
-    gateway = [a for a in ("10.88.0.1",) if a in netns.host_addresses()]
-    hosts = ["127.0.0.1", "10.0.2.2", *gateway, *netns.host_addresses(), *host_gateways()]
+    cni_jump = ["FORWARD", "-m", "comment", "--comment", "CNI firewall plugin rules"]
+    while subprocess.run(["iptables", "-D", *cni_jump, "-j", "CNI-FORWARD"]).returncode == 0:
+        pass
+    for chain in ("CNI-FORWARD", "CNI-ADMIN"):
+        subprocess.run(["iptables", "-F", chain], capture_output=True)
+        subprocess.run(["iptables", "-X", chain], capture_output=True)
+    hosts = ["127.0.0.1", "10.0.2.2", *gateways, *netns.host_addresses(), *host_gateways()]
     targets = [f"{h}:{p}" for h in dict.fromkeys(hosts) for p in (5432, 6379, listener)]
     with ex.open(SessionSpec(network=True, label="net-docker")) as s:
         seen = _probe(s, targets)
