@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from bench.speedup_stats import schedule_summary, spread
 from tsrl.config import RunConfig, load_run_config
 from tsrl.rundir import RunFiles
 
@@ -83,7 +84,7 @@ def run_speedup(
     from driver.run import RunDriver
 
     root = Path(out) if out else Path(tempfile.mkdtemp(prefix="tsrl-speedup-"))
-    per: dict[str, list[dict[str, Any]]] = {"sync": [], "stream": []}
+    runs: dict[str, list[RunFiles]] = {"sync": [], "stream": []}
     gaps: list[float] = []
     placement = ""
     for r in range(rounds):
@@ -92,15 +93,24 @@ def run_speedup(
             rd = RunFiles(root / f"{schedule}-r{r}")
             with BackgroundLoad(load):  # the replay below runs without it
                 RunDriver(cfg, rd.root, log_batches=schedule == "stream").run()
-            per[schedule] += rd.read_metrics()[1:]
+            runs[schedule].append(rd)
             placement = next((x for x in rd.log_lines() if "placement" in x), "")
             if schedule == "stream":
                 gaps += replay_gap(rd.root, cfg, rd.model)
-    sync, stream = per["sync"], per["stream"]
-    R, L, P = (_p([m[k] for m in sync]) for k in ("R", "L", "P"))
+    sync, stream = (
+        [m for rd in runs[k] for m in rd.read_metrics()[1:]] for k in ("sync", "stream")
+    )
+    per_sched = {k: schedule_summary(v) for k, v in runs.items()}
+    R, L, P = (per_sched["sync"][k] for k in ("R", "L", "P"))
     sync_s, stream_s = _p([m["step_s"] for m in sync]), _p([m["step_s"] for m in stream])
-    bound = (R + L + P) / (max(R, L) + P)
-    speedup = sync_s / stream_s
+    # paired per round (sync r and stream r ran back to back): machine drift cancels
+    rounds_speedup = [
+        _p([m["step_s"] for m in a.read_metrics()[1:]])
+        / _p([m["step_s"] for m in b.read_metrics()[1:]])
+        for a, b in zip(runs["sync"], runs["stream"], strict=True)
+    ]
+    speedup = _p(rounds_speedup)
+    bound_sync = per_sched["sync"]["bound"]
     return {
         "objective": objective,
         "sync_step_s": sync_s,
@@ -109,8 +119,17 @@ def run_speedup(
         "R": R,
         "L": L,
         "P": P,
-        "bound": bound,
-        "efficiency": speedup / bound,
+        "bound": bound_sync,
+        "efficiency": speedup / bound_sync,
+        "speedup_rounds": spread(rounds_speedup),
+        "bound_stream": per_sched["stream"]["bound"],
+        "efficiency_vs_stream_bound": speedup / per_sched["stream"]["bound"],
+        "schedules": per_sched,
+        # what overlap costs each side (both on a shared machine: caches, memory bandwidth)
+        "contention": {
+            k: per_sched["stream"][k] / per_sched["sync"][k] if per_sched["sync"][k] else 0.0
+            for k in ("R", "L", "P")
+        },
         "idle_share_sync": _p([m["idle_share"] for m in sync]),
         "idle_share_stream": _p([m["idle_share"] for m in stream]),
         "peak_rss_ratio": max(m["learner_peak_rss_mb"] for m in stream)
