@@ -12,7 +12,12 @@ else
   trap 'rm -rf "$fresh"' EXIT
   export THUNDERSYNC_CACHE=$fresh
 fi
-.venv/bin/python -m pytest -q -rs --durations=15 "$@" tests
+# 2 xdist workers (one per core; the suite alone leaves a core idle most of the time); the groups
+# that must not run beside themselves are in tests/conftest.py. TSRL_TEST_WORKERS=0: one process.
+workers=${TSRL_TEST_WORKERS:-2}
+xdist=()
+if [ "$workers" != 0 ]; then xdist=(-n "$workers"); fi
+.venv/bin/python -m pytest -q -rs --durations=15 "${xdist[@]}" "$@" tests
 rc=$?
 if [ "$rc" = 5 ]; then echo "no tests were collected" >&2; exit 1; fi
 exit "$rc"

