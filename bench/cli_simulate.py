@@ -83,20 +83,26 @@ def _plots(res: object, out: Path) -> list[Path]:
 def predict_cmd(
     trace: Path = typer.Argument(..., help="sync run directory or its spans.jsonl"),
     against: Path = typer.Option(None, help="stream run (dir or spans.jsonl) to check against"),
+    contention_rollout: float = typer.Option(
+        1.0, min=0.1, help="stream/sync ratio of R under overlap (1: none; see the bench's)"
+    ),
+    contention_learner: float = typer.Option(
+        1.0, min=0.1, help="stream/sync ratio of learner item time while rollouts run"
+    ),
     as_json: bool = typer.Option(False, "--json", help="last line: JSON summary"),
 ) -> None:
     """Predict the stream step time and speedup from a sync run's recorded spans."""
-    from bench.predict import TraceError, check, load_trace, predict, summary
+    from bench.predict import Contention, TraceError, check, load_trace, predict, summary
 
     try:
         updates = load_trace(trace)
-        preds = predict(updates)
+        preds = predict(updates, Contention(contention_rollout, contention_learner))
         result = summary(preds)
         stream = [u for u in updates if u.schedule == "stream"]
         if against is not None:
             stream += load_trace(against)
         if stream:
-            result["check"] = check(preds, stream)
+            result["check"] = check(preds, stream, updates)
     except TraceError as e:
         typer.echo(f"cannot predict: {e}", err=True)
         raise typer.Exit(2) from None

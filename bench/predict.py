@@ -112,8 +112,33 @@ def load_trace(trace: str | Path) -> list[TraceUpdate]:
     return out
 
 
-def predict(updates: list[TraceUpdate]) -> list[Prediction]:
+@dataclass(frozen=True)
+class Contention:
+    """What overlap costs each side, as stream/sync ratios (1.0: none; the release model's own
+    assumption). Measured by `tsrl bench speedup` (`contention`) or by `check` below."""
+
+    rollout: float = 1.0  # R: ready times and the rollout close stretch by this
+    learner: float = 1.0  # service of items released before the rollout closes
+
+    def apply(self, wl: Update) -> Update:
+        if (self.rollout, self.learner) == (1.0, 1.0):
+            return wl
+        R = wl.rollout_close
+        items = tuple(
+            WorkItem(
+                ready=i.ready * self.rollout,
+                service=i.service * (self.learner if i.ready < R else 1.0),
+                group_close=i.group_close * self.rollout,
+                rank=i.rank,
+            )
+            for i in wl.items
+        )
+        return Update(items=items, rollout_close=R * self.rollout, suffix=wl.suffix)
+
+
+def predict(updates: list[TraceUpdate], contention: Contention | None = None) -> list[Prediction]:
     """Stream step time predicted for each sync update of a trace."""
+    contention = contention or Contention()
     sync = [u for u in updates if u.schedule == SimSchedule.SYNC]
     if not sync:
         raise TraceError("the trace has no sync updates: record one with schedule=sync")
@@ -121,7 +146,7 @@ def predict(updates: list[TraceUpdate]) -> list[Prediction]:
     for u in sync:
         if not u.workload.items:
             raise TraceError(f"update {u.update}: no learner spans with a 'ready' field")
-        stream = simulate(u.workload, SimSchedule.STREAM).step_s
+        stream = simulate(contention.apply(u.workload), SimSchedule.STREAM).step_s
         preds.append(
             Prediction(
                 update=u.update,
@@ -135,11 +160,15 @@ def predict(updates: list[TraceUpdate]) -> list[Prediction]:
     return preds
 
 
-def check(preds: list[Prediction], measured: list[TraceUpdate]) -> dict[str, float]:
+def check(
+    preds: list[Prediction], measured: list[TraceUpdate], sync: list[TraceUpdate] | None = None
+) -> dict[str, float]:
     """Compare predicted stream steps with measured stream updates.
 
     Updates present in both (same index) are paired, error = mean |pred - meas| / meas; otherwise
-    the means are compared (interleaved runs use different updates for sync and stream)."""
+    the means are compared (interleaved runs use different updates for sync and stream). With the
+    sync updates, the contention the stream run had is reported too (`contention_rollout`,
+    `contention_learner`: stream/sync means of R and L): what the model leaves out, measured."""
     stream = {u.update: u.step_s for u in measured if u.schedule == SimSchedule.STREAM}
     if not stream:
         raise TraceError("no stream updates to check against: record a run with schedule=stream")
@@ -150,12 +179,20 @@ def check(preds: list[Prediction], measured: list[TraceUpdate]) -> dict[str, flo
         err = statistics.fmean(abs(a - b) / b for a, b in pairs)
     else:
         err = abs(pred_mean - meas_mean) / meas_mean
-    return {
+    out = {
         "predicted_stream_step_s": pred_mean,
         "measured_stream_step_s": meas_mean,
         "rel_error": err,
         "paired_updates": float(len(pairs)),
     }
+    sync_on = [u for u in sync or [] if u.schedule == SimSchedule.SYNC]
+    streams = [u for u in measured if u.schedule == SimSchedule.STREAM]
+    if sync_on:
+        for key, attr in (("contention_rollout", "R"), ("contention_learner", "L")):
+            base = statistics.fmean(getattr(u, attr) for u in sync_on)
+            got = statistics.fmean(getattr(u, attr) for u in streams)
+            out[key] = got / base if base > 0 else 0.0
+    return out
 
 
 def summary(preds: list[Prediction]) -> dict[str, Any]:

@@ -81,3 +81,27 @@ def test_predict_cli_explains_a_bad_path(tmp_path: Path) -> None:
     res = CliRunner().invoke(app, ["predict", str(tmp_path / "nope")])
     assert res.exit_code == 2
     assert "run directory" in res.output
+
+
+def test_contention_stretches_the_prediction_and_is_reported_against_a_stream_run(
+    tmp_path: Path,
+) -> None:
+    """A stream run whose rollout and overlapped learner items ran 20% / 50% slower than sync's
+    is predicted exactly once that contention is given, and `check` measures it from the runs."""
+    from bench.predict import Contention
+    from bench.simulator import SimSchedule
+
+    rng = np.random.default_rng(3)
+    ups = [grpo_update(rng, rho=1.0, ranks=1) for _ in range(3)]
+    c = Contention(rollout=1.2, learner=1.5)
+    sync = write_run(tmp_path / "sync", ups, "sync", rng=rng, noise=0.0)
+    stream = write_run(tmp_path / "stream", [c.apply(u) for u in ups], "stream", rng=rng, noise=0.0)
+    plain = check(predict(load_trace(sync)), load_trace(stream), load_trace(sync))
+    fitted = check(predict(load_trace(sync), c), load_trace(stream))
+    assert plain["rel_error"] > 0.05  # the release model alone misses it
+    assert fitted["rel_error"] <= 0.01  # (trace timestamps are rounded)
+    assert plain["contention_rollout"] == pytest.approx(1.2, rel=1e-3)
+    assert plain["contention_learner"] > 1.0
+    assert simulate(Contention().apply(ups[0]), SimSchedule.STREAM) == simulate(
+        ups[0], SimSchedule.STREAM
+    )
