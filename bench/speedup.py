@@ -12,12 +12,11 @@ the speedup's robustness to other work on the machine is measured too.
 
 from __future__ import annotations
 
-import statistics
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.speedup_stats import schedule_summary, spread
+from bench.speedup_stats import median, schedule_summary, spread
 from tsrl.config import RunConfig, load_run_config
 from tsrl.rundir import RunFiles
 
@@ -68,10 +67,6 @@ def workload_config(objective: str, schedule: str, updates: int, **extra: Any) -
     return load_run_config(data={}, overrides=over | extra)
 
 
-def _p(xs: list[float]) -> float:
-    return statistics.median(xs) if xs else 0.0
-
-
 def run_speedup(
     objective: str,
     rounds: int = 2,
@@ -102,14 +97,14 @@ def run_speedup(
     )
     per_sched = {k: schedule_summary(v) for k, v in runs.items()}
     R, L, P = (per_sched["sync"][k] for k in ("R", "L", "P"))
-    sync_s, stream_s = _p([m["step_s"] for m in sync]), _p([m["step_s"] for m in stream])
+    sync_s, stream_s = median([m["step_s"] for m in sync]), median([m["step_s"] for m in stream])
     # paired per round (sync r and stream r ran back to back): machine drift cancels
     rounds_speedup = [
-        _p([m["step_s"] for m in a.read_metrics()[1:]])
-        / _p([m["step_s"] for m in b.read_metrics()[1:]])
+        median([m["step_s"] for m in a.read_metrics()[1:]])
+        / median([m["step_s"] for m in b.read_metrics()[1:]])
         for a, b in zip(runs["sync"], runs["stream"], strict=True)
     ]
-    speedup = _p(rounds_speedup)
+    speedup = median(rounds_speedup)
     bound_sync = per_sched["sync"]["bound"]
     return {
         "objective": objective,
@@ -130,8 +125,8 @@ def run_speedup(
             k: per_sched["stream"][k] / per_sched["sync"][k] if per_sched["sync"][k] else 0.0
             for k in ("R", "L", "P")
         },
-        "idle_share_sync": _p([m["idle_share"] for m in sync]),
-        "idle_share_stream": _p([m["idle_share"] for m in stream]),
+        "idle_share_sync": median([m["idle_share"] for m in sync]),
+        "idle_share_stream": median([m["idle_share"] for m in stream]),
         "peak_rss_ratio": max(m["learner_peak_rss_mb"] for m in stream)
         / max(m["learner_peak_rss_mb"] for m in sync),
         "max_param_gap": max(gaps) if gaps else float("nan"),
