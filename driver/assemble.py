@@ -1,9 +1,10 @@
 """A run's parts, built from its config: models, teacher, rollout engine, chat format, loop config.
 
-Which model: `model.path`, or a tiny model built into the run directory (OPD: a tiny teacher too,
-or SmolLM2-135M whose tokenizer the tiny student then shares). Which teacher: in-process HF
-(embedded default), a Ray actor (with `--ray`), or a supervised vLLM server. Which engine: the
-in-process HF engine, or one in a Ray actor.
+Which model: `model.path` (a directory, or built in: `smollm2` from the artefact cache), or a tiny
+model built into the run directory (OPD: a tiny teacher too, or SmolLM2-135M whose tokenizer the
+tiny student then shares). Which teacher: in-process HF (embedded default), a Ray actor (with
+`--ray`), or a supervised vLLM server. Which engine: the in-process HF engine, or one in a Ray
+actor.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from rollout.agent_loop import AgentLoopConfig
 from rollout.chat import TokenizerChatFormat
 from rollout.replicas import ReplicaSet
 from rollout.types import SamplingParams
-from tsrl.config import Objective, RolloutEngine, RunConfig, TeacherScoring
+from tsrl.config import BUILTIN_MODELS, Objective, RolloutEngine, RunConfig, TeacherScoring
 from tsrl.rundir import RunFiles
 
 if TYPE_CHECKING:
@@ -32,7 +33,12 @@ def build_models(cfg: RunConfig, files: RunFiles) -> tuple[Path, Path | None]:
     from tsrl.models import build_tiny_model, load_tokenizer
 
     m = cfg.model
-    student = Path(m.path) if m.path else files.model
+    if m.path in BUILTIN_MODELS:  # smollm2: built once into the artefact cache, read only
+        from tsrl.smollm2 import smollm2_dir
+
+        student = smollm2_dir()
+    else:
+        student = Path(m.path) if m.path else files.model
 
     def tiny(out: Path, seed: int, **kw: Any) -> None:
         if not (out / "config.json").exists():

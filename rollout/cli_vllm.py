@@ -16,7 +16,9 @@ app.add_typer(vllm_app, name="vllm")
 @vllm_app.command("serve")
 def serve(
     model: str = typer.Option(
-        "tiny", "--model", help="HF model directory, or 'tiny': the tiny model a vLLM run builds"
+        "tiny",
+        "--model",
+        help="HF model directory, 'tiny' (the tiny model a vLLM run builds) or 'smollm2'",
     ),
     replicas: int = typer.Option(1, min=1, help="servers to start (in parallel)"),
     port: int = typer.Option(0, help="the first server's port (then +1 each); 0: free ports"),
@@ -54,6 +56,10 @@ def serve(
                 out, seed=m.tiny_seed, hidden=cfg.tiny_width, layers=m.tiny_layers, arch=m.tiny_arch
             )
         )
+    elif model == "smollm2":  # the built-in policy (`model.path: smollm2`), from the cache
+        from tsrl.smollm2 import smollm2_dir
+
+        model = str(smollm2_dir())
     sc = replica_server_config(cfg, model, on_gpu=torch.cuda.is_available())
     servers = []
     for i in range(replicas):

@@ -1,12 +1,13 @@
 """Artifacts instead of host paths: what a submitted run config may name.
 
 The service runs only models and task sets it knows: built in (`model.path` unset: the tiny model;
-`teacher.model: smollm2`; `env.tasks` unset: the shipped fixtures), registered by an admin (a host
-path, given explicitly), or uploaded into the service's data dir. A config names them by name or
-id; a name resolves to the token's own artifact, else to one an admin shared. The resolved config
-(what the driver reads) holds the artifacts' paths; such a path given back (a config copied from
-GET /runs/{id}) is accepted when it is exactly the path of an artifact the token may use. Any other
-path is refused without being looked at: no stat, no read, no listing.
+`model.path` / `teacher.model: smollm2`; `env.tasks` unset: the shipped fixtures, or
+`terminal-easy`), registered by an admin (a host path, given explicitly), or uploaded into the
+service's data dir. A config names them by name or id; a name resolves to the token's own
+artifact, else to one an admin shared. The resolved config (what the driver reads) holds the
+artifacts' paths; such a path given back (a config copied from GET /runs/{id}) is accepted when
+it is exactly the path of an artifact the token may use. Any other path is refused without being
+looked at: no stat, no read, no listing.
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ from sqlalchemy.orm import Session
 from service.models import ArtifactOrigin, ModelArtifact, TaskSet, Token
 from service.schemas_artifacts import ARTIFACT_NAME
 from service.settings import Settings
-from tsrl.config import EnvName, RunConfig
+from tsrl.config import BUILTIN_MODELS, BUILTIN_TASK_SETS, EnvName, RunConfig
 
 URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 NAME = re.compile(ARTIFACT_NAME)
-BUILTIN_TEACHERS = frozenset({"smollm2"})
+BUILTIN_TEACHERS = BUILTIN_MODELS  # names, never paths: the driver builds them (tsrl.config_env)
 # which task-set kinds each env reads (its catalogue entry: sandbox/envs/catalogue.py)
 ENV_KINDS: dict[EnvName, frozenset[str]] = {
     EnvName.TOY: frozenset(),
@@ -219,14 +220,15 @@ def resolve_run_artifacts(
             "only an admin token may attach a run to running vLLM servers; leave it unset "
             "(the run starts its own replicas)",
         )
-    if model.path is not None:
+    if model.path is not None and model.path not in BUILTIN_MODELS:
         model = model.model_copy(
             update={"path": resolve_model(session, settings, token, "model.path", model.path)}
         )
     if teacher.model is not None and teacher.model not in BUILTIN_TEACHERS:
         path = resolve_model(session, settings, token, "teacher.model", teacher.model)
         teacher = teacher.model_copy(update={"model": path})
-    if env.tasks is not None:
+    # a built-in set stays a name (the config already checked it fits env.name)
+    if env.tasks is not None and env.tasks not in BUILTIN_TASK_SETS:
         path = resolve_task_set(session, settings, token, EnvName(env.name), env.tasks)
         env = env.model_copy(update={"tasks": path})
     return cfg.model_copy(update={"model": model, "teacher": teacher, "env": env})

@@ -17,6 +17,13 @@ from tsrl.config_base import INT64_MAX as INT64_MAX
 from tsrl.config_base import INT64_MIN as INT64_MIN
 from tsrl.config_base import _Section
 
+# the env section and the built-in artefact names live in their own file; re-exported here
+from tsrl.config_env import BUILTIN_MODELS as BUILTIN_MODELS
+from tsrl.config_env import BUILTIN_TASK_SETS as BUILTIN_TASK_SETS
+from tsrl.config_env import EnvConfig as EnvConfig
+from tsrl.config_env import EnvName as EnvName
+from tsrl.config_env import PromptExample as PromptExample
+
 # the serving-side sections live in their own file; re-exported here, where callers look
 from tsrl.config_serving import PlacementConfig as PlacementConfig
 from tsrl.config_serving import PlacementStrategy as PlacementStrategy
@@ -86,7 +93,9 @@ class Arch(StrEnum):
 
 
 class ModelConfig(_Section):
-    path: str | None = Field(None, description="HF model directory; None builds the tiny model")
+    path: str | None = Field(
+        None, description="HF model directory, or built in: 'smollm2'; None builds the tiny model"
+    )
     tiny_arch: Arch = Field(Arch.LLAMA, description="tiny model family: llama | qwen2 | qwen3")
     tiny_seed: int = 0
     tiny_hidden: int | None = Field(
@@ -157,40 +166,6 @@ class LearnerConfig(_Section):
         if v not in ("float32", "float64"):
             raise ValueError(f"unknown accum_dtype {v!r}: use 'float32' or 'float64'")
         return v
-
-
-class EnvName(StrEnum):
-    """`env.name`: which task catalogue entry a run trains on (see `sandbox.envs.catalogue`).
-
-    Also accepted, and resolved to the canonical name: digits (toy), swesmith (swe-smith),
-    seta and harbor (terminal).
-    """
-
-    TOY = "toy"
-    SWE_SMITH = "swe-smith"
-    TERMINAL = "terminal"
-
-    @classmethod
-    def _missing_(cls, value: object) -> EnvName | None:
-        return _ENV_ALIASES.get(value) if isinstance(value, str) else None
-
-
-_ENV_ALIASES = {
-    "digits": EnvName.TOY,
-    "swesmith": EnvName.SWE_SMITH,
-    "seta": EnvName.TERMINAL,
-    "harbor": EnvName.TERMINAL,
-}
-
-
-class EnvConfig(_Section):
-    name: EnvName = Field(
-        EnvName.TOY,
-        description="toy | swe-smith | terminal (aliases: digits, swesmith, seta, harbor)",
-    )
-    tasks: str | None = None
-    sandbox: str = "local"
-    tool_seconds: float = Field(0.0, ge=0, description="toy env: sandbox tool-call duration")
 
 
 class RunConfig(_Section):

@@ -8,9 +8,10 @@ process-wide session pool is at least that big, see `sandbox.envs.base`).
 - toy        64 `tsrl-digits` tasks (seed i), `rollout.max_turns - 1` sandbox tool turns of
              `env.tool_seconds` each
 - swe-smith  one `thundersync-swesmith` task per record of `env.tasks` (default: the fixtures)
-- terminal   one `thundersync-terminal` task per task directory under `env.tasks` (default:
-             the fixtures; on the local backend without those whose Dockerfile adds to the
-             image, which only the docker backend builds: `sandbox.images.local_gap`)
+- terminal   one `thundersync-terminal` task per task directory under `env.tasks` (a path,
+             or a built-in set: `terminal-easy`; default: the fixtures, on the local backend
+             without those whose Dockerfile adds to the image, which only the docker backend
+             builds: `sandbox.images.local_gap`); `env.examples` go to every task's prompt
 Config validation already rejects an unknown `env.name`; a name without an entry here is a bug
 (the test suite checks every `EnvName` has one).
 """
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sandbox.envs import EnvId
-from tsrl.config import EnvName
+from tsrl.config import BUILTIN_TASK_SETS, EnvName
 
 if TYPE_CHECKING:
     from tsrl.config import RunConfig
@@ -67,13 +68,17 @@ def terminal_tasks(cfg: RunConfig) -> list[TaskRef]:
     from sandbox.envs.terminal import load_task
     from sandbox.images import local_gap
 
-    if cfg.env.tasks:
+    if cfg.env.tasks in BUILTIN_TASK_SETS:
+        dirs = fixtures.terminal_tasks(fixtures.builtin_task_dir(cfg.env.tasks))
+    elif cfg.env.tasks:
         dirs = sorted(p for p in Path(cfg.env.tasks).iterdir() if p.is_dir())
     else:  # a local run cannot solve a fixture that needs its built image: leave those out
         dirs = fixtures.terminal_tasks()
         if str(cfg.env.sandbox) == "local":
             dirs = [d for d in dirs if not local_gap(load_task(d).dockerfile)]
     extras = _sandbox_extras(cfg) | {"max_turns": cfg.rollout.max_turns}
+    if cfg.env.examples:  # plain dicts: extras cross to Ray workers
+        extras["examples"] = [e.model_dump() for e in cfg.env.examples]
     return [TaskRef(d.name, EnvId.TERMINAL.value, extras | {"task": str(d)}) for d in dirs]
 
 

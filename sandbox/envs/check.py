@@ -25,6 +25,7 @@ from sandbox.envs.terminal import load_task
 from sandbox.envs.terminal_env import TerminalEnv
 from sandbox.executor import Backend, Executor
 from sandbox.images import local_gap
+from tsrl.config import BUILTIN_TASK_SETS
 
 
 def _gold_and_noop(
@@ -113,7 +114,10 @@ def check_all(executor: Executor, workers: int = 3) -> list[dict[str, Any]]:
         functools.partial(check_swe, inst, executor)
         for inst in load_instances(fixtures.SWESMITH_INSTANCES)
     ]
-    jobs += [functools.partial(check_terminal, t, executor) for t in fixtures.terminal_tasks()]
+    terminal = fixtures.terminal_tasks()
+    for name in BUILTIN_TASK_SETS:  # the built-in sets (terminal-easy) are shipped fixtures too
+        terminal += fixtures.terminal_tasks(fixtures.builtin_task_dir(name))
+    jobs += [functools.partial(check_terminal, t, executor) for t in terminal]
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         return list(pool.map(lambda job: job(), jobs))
 

@@ -72,8 +72,18 @@ def fixture_mirrors() -> Path:
     return _built_once(cache_root() / f"swesmith-mirrors-{key}", build)
 
 
-def terminal_tasks() -> list[Path]:
-    return sorted(p for p in TERMINAL_DIR.iterdir() if p.is_dir()) if TERMINAL_DIR.exists() else []
+def terminal_tasks(root: Path = TERMINAL_DIR) -> list[Path]:
+    return sorted(p for p in root.iterdir() if p.is_dir()) if root.exists() else []
+
+
+def builtin_task_dir(name: str) -> Path:
+    """The directory of a built-in task set (`env.tasks: terminal-easy`, see
+    `tsrl.config_env.BUILTIN_TASK_SETS`): a folder of its own under sandbox/fixtures/."""
+    from tsrl.config_env import BUILTIN_TASK_SETS
+
+    if name not in BUILTIN_TASK_SETS:
+        raise KeyError(f"no built-in task set {name!r}: use one of {sorted(BUILTIN_TASK_SETS)}")
+    return FIXTURES / name
 
 
 # ---- SWE-smith instance images of the fixture repositories ------------------------------------

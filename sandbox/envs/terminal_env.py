@@ -1,12 +1,14 @@
 """`TerminalEnv`: a skyrl-gym env (a `ToolEnv`) for Terminal-Bench style tasks (TB1 / SETA / Harbor).
 
-extras: `task` (a task directory or a loaded `TerminalTask`), and those of `sandbox.envs.base`
-(`backend`, `max_turns` 30, `tool_timeout` 60 s). The prompt is the task instruction plus the
-tool list; the agent acts in /app with the tools of `sandbox.envs.tools`; on `submit` (or
-max_turns) the agent's /app is packed, its session given back (no process of it survives), and
-the verifier runs in a fresh session of the task's `verify_spec()` with the task's own tests
-(`sandbox.envs.terminal_verify`); its reward in [0, 1] ends the episode (metadata["verdict"]
-says why). Sessions come from the pool, so envs of one task reuse each other's (reset between).
+extras: `task` (a task directory or a loaded `TerminalTask`), `examples` (worked examples, the
+run's `env.examples`), and those of `sandbox.envs.base` (`backend`, `max_turns` 30,
+`tool_timeout` 60 s). The prompt is the tool list (system), each example as a user turn and the
+assistant's reply, then the task instruction; the agent acts in /app with the tools of
+`sandbox.envs.tools`; on `submit` (or max_turns) the agent's /app is packed, its session given
+back (no process of it survives), and the verifier runs in a fresh session of the task's
+`verify_spec()` with the task's own tests (`sandbox.envs.terminal_verify`); its reward in [0, 1]
+ends the episode (metadata["verdict"] says why). Sessions come from the pool, so envs of one
+task reuse each other's (reset between).
 Image: on the docker backend both sessions run in the task's image built from its Dockerfile
 (`sandbox.images.ensure_image`, once per build context; init metadata["image"]); on the local
 backend nothing is built and metadata["image_note"] says so (and why the task may need docker).
@@ -35,6 +37,20 @@ from sandbox.images import ensure_image, local_gap
 LOCAL_VERIFIER_DIRS = ("/data", "/output")
 
 
+def _examples(raw: Any) -> list[tuple[str, str]]:
+    """extras["examples"] (the run's `env.examples`): [{"user": str, "assistant": str}, ...]."""
+    ok = isinstance(raw, list) and all(
+        isinstance(e, dict)
+        and all(isinstance(e.get(k), str) and e[k] for k in ("user", "assistant"))
+        for e in raw
+    )
+    if not ok:
+        raise TaskError(
+            "extras['examples'] must be a list of {'user': text, 'assistant': text} (env.examples)"
+        )
+    return [(e["user"], e["assistant"]) for e in raw]
+
+
 class TerminalEnv(ToolEnv):
     def __init__(self, env_config: Any = None, extras: dict[str, Any] | None = None) -> None:
         extras = dict(extras or {})
@@ -46,6 +62,7 @@ class TerminalEnv(ToolEnv):
             if isinstance(extras["task"], TerminalTask)
             else load_task(extras["task"])
         )
+        self.examples = _examples(extras.get("examples") or [])
         self.verdict: Verdict | None = None
         self._image: str | None = None  # the built task image (docker backend), once known
 
@@ -68,12 +85,16 @@ class TerminalEnv(ToolEnv):
         return f"{note}; {gap}" if gap else note
 
     def prompt(self) -> ConversationType:
+        system = "You work in a Linux terminal; the task directory is /app.\n" + TOOL_HELP
+        shots: ConversationType = []
+        for user, assistant in self.examples:  # a small model follows a format it saw used
+            shots += [
+                {"role": "user", "content": user},
+                {"role": "assistant", "content": assistant},
+            ]
         return [
-            {
-                "role": "system",
-                "content": "You work in a Linux terminal; the task directory is /app.\n"
-                + TOOL_HELP,
-            },
+            {"role": "system", "content": system},
+            *shots,
             {"role": "user", "content": self.task.instruction},
         ]
 

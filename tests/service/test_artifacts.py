@@ -157,6 +157,13 @@ def test_shared_artifacts_and_builtins(
     opd = _run(client, h, objective="opd", teacher={"model": "smollm2"})
     assert opd.status_code == 201 and opd.json()["config"]["teacher"]["model"] == "smollm2"
     assert _run(client, h, env={"name": "terminal"}).status_code == 201
+    # the shipped SmolLM2 recipe: its policy and its task set are built-in names, not host paths
+    sm = client.post(RUNS, json={"recipe": "grpo-smollm2-terminal"}, headers=h)
+    assert sm.status_code == 201, sm.text
+    config = sm.json()["config"]
+    assert config["model"]["path"] == "smollm2" and config["env"]["tasks"] == "terminal-easy"
+    listed = client.get(RUNS, params={"recipe": "grpo-smollm2-terminal"}, headers=h).json()
+    assert [r["id"] for r in listed["data"]] == [sm.json()["id"]]
 
 
 def test_task_set_must_fit_the_env_and_have_tasks(
