@@ -19,14 +19,26 @@ def speedup(
     load: float = typer.Option(
         0.0, min=0.0, help="cores of fixed background CPU load while measuring (0: none)"
     ),
+    set_: list[str] = typer.Option(
+        [], "--set", help="workload override, e.g. --set model.tiny_hidden=512"
+    ),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Same workload under sync and stream: step time, speedup vs the (R+L+P)/(max(R,L)+P) bound."""
     from bench.speedup import run_speedup
+    from tsrl.config import ConfigError, parse_set_overrides
 
-    res = run_speedup(
-        objective, rounds=rounds, updates=updates, out=Path(out) if out else None, load=load
-    )
+    try:
+        res = run_speedup(
+            objective,
+            rounds=rounds,
+            updates=updates,
+            out=Path(out) if out else None,
+            load=load,
+            overrides=parse_set_overrides(set_),
+        )
+    except ConfigError as e:
+        raise typer.BadParameter(str(e)) from None
     res["goal_met"] = bool(
         res["efficiency"] >= (0.85 if load > 0 else 0.93)  # issue 16, quiet / under the load
         and res["idle_share_stream"] <= 0.10

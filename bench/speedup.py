@@ -24,28 +24,32 @@ WORKLOADS: dict[str, dict[str, Any]] = {
     # balanced: rollout time (generation + a sandbox tool call per trajectory) close to learner time
     "grpo": {
         "objective": "grpo",
-        "model.tiny_hidden": 256,
-        "model.tiny_layers": 6,
+        # wide and shallow: the learner's cost grows with hidden^2, a decode step's mostly with
+        # the layer count, so this width balances the learner against generation; a sandbox
+        # tool call per trajectory (its wait, not CPU) is the rest of the rollout, as in
+        # agentic RL, and keeps the two busy cores from overlapping for the whole step
+        "model.tiny_hidden": 1120,
+        "model.tiny_layers": 2,
         "rollout.groups_per_update": 4,
         "rollout.group_size": 8,
         "rollout.max_turns": 2,
-        "rollout.max_new_tokens": 8,
+        "rollout.max_new_tokens": 6,
         "rollout.concurrency": 2,
-        "env.tool_seconds": 0.05,
+        "env.tool_seconds": 0.1,
         "learner.max_open_groups": 4,
         "learner.accum_dtype": "float64",
         "optim.lr": 0.003,
     },
     "opd": {
         "objective": "opd",
-        "model.tiny_hidden": 352,
-        "model.tiny_layers": 6,
+        "model.tiny_hidden": 1024,
+        "model.tiny_layers": 2,
         "rollout.groups_per_update": 4,
         "rollout.group_size": 4,
         "rollout.max_turns": 3,
         "rollout.max_new_tokens": 8,
         "rollout.concurrency": 2,
-        "env.tool_seconds": 0.05,
+        "env.tool_seconds": 0.2,
         "learner.max_open_groups": 2,
         # a trajectory sums its own turns in turn order, so fp32 is already order-independent;
         # float64 (honoured for OPD since the GRPO/OPD precision fix) would double the learner's
@@ -67,24 +71,51 @@ def workload_config(objective: str, schedule: str, updates: int, **extra: Any) -
     return load_run_config(data={}, overrides=over | extra)
 
 
+def prediction_errors(runs: dict[str, list[RunFiles]], machine_slowdown: float) -> dict[str, Any]:
+    """`tsrl predict` on each round: the stream steps predicted from the sync run's spans (update
+    0 left out) against the stream run of the same round, without contention and with the
+    machine's (`bench.machine_contention`, measured apart from the runs) on both sides."""
+    from bench.predict import Contention, check, load_trace, predict
+
+    plain: list[float] = []
+    machine: list[float] = []
+    for a, b in zip(runs["sync"], runs["stream"], strict=True):
+        sync = [u for u in load_trace(a.root) if u.update > 0]
+        stream = [u for u in load_trace(b.root) if u.update > 0]
+        for c, errs in (
+            (Contention(), plain),
+            (Contention(machine_slowdown, machine_slowdown), machine),
+        ):
+            errs.append(check(predict(sync, c), stream)["rel_error"])
+    return {
+        "rel_error": spread(plain),
+        "rel_error_with_machine_contention": spread(machine),
+        "machine_slowdown": machine_slowdown,
+    }
+
+
 def run_speedup(
     objective: str,
     rounds: int = 2,
     updates: int = 4,
     out: Path | None = None,
     load: float = 0.0,
+    overrides: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     from bench.load import BackgroundLoad
+    from bench.machine_contention import measure
     from driver.replay import replay_gap
     from driver.run import RunDriver
 
     root = Path(out) if out else Path(tempfile.mkdtemp(prefix="tsrl-speedup-"))
+    with BackgroundLoad(load):  # the hardware's share of `contention`, under the same load
+        machine = measure()
     runs: dict[str, list[RunFiles]] = {"sync": [], "stream": []}
     gaps: list[float] = []
     placement = ""
     for r in range(rounds):
         for schedule in ("sync", "stream"):
-            cfg = workload_config(objective, schedule, updates)
+            cfg = workload_config(objective, schedule, updates, **(overrides or {}))
             rd = RunFiles(root / f"{schedule}-r{r}")
             with BackgroundLoad(load):  # the replay below runs without it
                 RunDriver(cfg, rd.root, log_batches=schedule == "stream").run()
@@ -121,6 +152,8 @@ def run_speedup(
         "efficiency_vs_stream_bound": speedup / per_sched["stream"]["bound"],
         "schedules": per_sched,
         # what overlap costs each side (both on a shared machine: caches, memory bandwidth)
+        "machine_contention": machine,
+        "prediction": prediction_errors(runs, machine.get("slowdown_mean", 1.0)),
         "contention": {
             k: per_sched["stream"][k] / per_sched["sync"][k] if per_sched["sync"][k] else 0.0
             for k in ("R", "L", "P")
@@ -135,5 +168,6 @@ def run_speedup(
         "updates_measured": {"sync": len(sync), "stream": len(stream)},
         "placement": placement.split("placement: ", 1)[-1],
         "load_cores": load,
+        "overrides": overrides or {},
         "run_dirs": str(root),
     }
