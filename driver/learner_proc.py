@@ -42,6 +42,10 @@ from learner.sources import GrpoGroupSpec, OpdClose
 from tsrl.config import LOSSLESS_SCHEDULES, Objective, RunConfig, Schedule
 from tsrl.rundir import RunFiles
 
+# a learner's torch threads: fp32 matmul results depend on the thread count, so a replay
+# (`driver.replay.replay_gap`) must use the same one to reproduce the run bit for bit
+LEARNER_THREADS = 1
+
 
 @dataclass
 class LearnerSpec:
@@ -53,7 +57,7 @@ class LearnerSpec:
     run_id: str
     replicas: tuple[str, ...] = ("engine-0",)
     cpu: int | None = None
-    threads: int = 1
+    threads: int = LEARNER_THREADS
     resume: bool = False
     log_batches: bool = False
     ack_timeout_s: float = 120.0

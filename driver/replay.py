@@ -61,6 +61,18 @@ def _theta(learner: Learner, names: list[str]) -> torch.Tensor:
 
 def replay_gap(run_dir: str | Path, cfg: RunConfig, model_dir: str | Path) -> list[float]:
     """Delta_k = ||theta_k^run - theta_k^sync|| / ||theta_k^sync - theta_0|| for every update."""
+
+    from driver.learner_proc import LEARNER_THREADS
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(LEARNER_THREADS)  # the run's learner's: fp32 matmuls depend on it
+    try:
+        return _replay_gap(run_dir, cfg, model_dir)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _replay_gap(run_dir: str | Path, cfg: RunConfig, model_dir: str | Path) -> list[float]:
     from learner.lora import adapted_names
     from learner.replay import replay_update
     from learner.trainer import Learner

@@ -61,7 +61,8 @@ class RunDriver:
         attempt = f"{os.getpid()}-{int(time.time())}"
         service_id = os.environ.get("TSRL_RUN_ID")
         self.run_id = f"{service_id}:{attempt}" if service_id else f"{cfg.name}-{attempt}"
-        self.resume, self.log_batches, self.progress = resume, log_batches, progress
+        self.resume, self.progress = resume, progress
+        self.log_batches = log_batches or cfg.record_batches
         self.ray_address = ray_address
         self.bus_kind = run_bus_kind(bus_kind, on_ray=ray_address is not None)
         self.faults = faults or FaultPlan()

@@ -178,6 +178,11 @@ class RunConfig(_Section):
     seed: int = 0
     checkpoint_every: int = Field(0, ge=0, description="0 disables checkpoints")
     output_dir: str = "runs/default"
+    record_batches: bool = Field(
+        False,
+        description="log every applied source and every version's weights, so that "
+        "`tsrl replay-gap RUN_DIR` can check the run against sync from theta_0",
+    )
     mfu_peak_flops: float | None = Field(
         None, gt=0, description="peak FLOP/s used for MFU; None: measured here (tsrl/peak.py)"
     )

@@ -12,6 +12,7 @@ import pytest
 from bench.machine_contention import measure
 from bench.predict import Contention
 from bench.speedup import prediction_errors
+from bench.speedup_stats import schedule_summary
 from bench.trace_synth import write_run
 from bench.workloads import grpo_update
 from tsrl.rundir import RunFiles
@@ -50,3 +51,17 @@ def test_prediction_errors_pair_rounds_and_apply_the_machine_slowdown(tmp_path: 
     assert res["rel_error"]["median"] > 0.05
     assert res["rel_error_with_machine_contention"]["max"] <= 0.01
     assert res["machine_slowdown"] == 1.1
+
+
+def test_predicted_speedup_sits_between_1_and_the_overlap_bound(tmp_path: Path) -> None:
+    """The release model on sync's own items (no contention) cannot beat the (R+L+P)/(max+P)
+    bound: the learner's first source is ready only after the first trajectory finished."""
+    rng = np.random.default_rng(3)
+    runs: dict[str, list[RunFiles]] = {"sync": [], "stream": []}
+    for r in range(2):
+        ups = [grpo_update(rng, rho=1.0, ranks=1) for _ in range(3)]
+        for k in runs:
+            runs[k].append(RunFiles(write_run(tmp_path / f"{k}-r{r}", ups, k, rng=rng)))
+    got = prediction_errors(runs, 1.0)["predicted_speedup"]
+    bound = schedule_summary(runs["sync"])["bound"]
+    assert 1.2 < got["min"] <= got["median"] <= got["max"] < bound

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from bus.events import SourceKind, SourceReady
 from driver.replay import replay_gap
@@ -21,10 +22,10 @@ from tsrl.smollm2 import smollm2_dir
 
 # the sizes a user would pass with --set; seed 0's one group of 2 (easy-pwd-file) earns 0.0 and
 # 0.5 here, so GRPO has a non-zero direction
-SMALL = {"updates": 1, "rollout.group_size": 2, "rollout.groups_per_update": 1}
+SMALL = {"updates": 2, "rollout.group_size": 2, "rollout.groups_per_update": 1}
 
 
-@pytest.mark.slow  # ~60 s here: two SmolLM2 learners (the run's and the replay's)
+@pytest.mark.slow  # ~90 s here: two SmolLM2 learners (the run's and the replay's)
 def test_smollm2_policy_trains_on_verifier_rewards_and_equals_sync(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -41,21 +42,29 @@ def test_smollm2_policy_trains_on_verifier_rewards_and_equals_sync(
     assert cfg.model.path == "smollm2" and cfg.schedule.value == "stream"
     assert RunDriver(cfg, tmp_path, log_batches=True).run() == 0
 
-    (m,) = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    m, _ = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     files = RunFiles(tmp_path)
-    (paths,) = files.batch_logs().values()
+    paths = files.batch_logs()[0]
     lines = [x for p in paths for x in p.read_text().splitlines() if x.strip()]
     events = [SourceReady.model_validate_json(x) for x in lines]
     rewards = [e.reward for e in events if e.kind is SourceKind.GRPO_TRAJECTORY]
-    assert len(rewards) == 2 and sorted(rewards) == sorted(verdicts)  # the verifier's, nothing else
+    assert len(rewards) == 2 and sorted(rewards) == sorted(verdicts[:2])  # the verifier's only
     assert len(set(rewards)) == 2, f"the group needs reward variance to move theta: {rewards}"
-    assert m["reward_mean"] == pytest.approx(sum(verdicts) / 2)
+    assert m["reward_mean"] == pytest.approx(sum(verdicts[:2]) / 2)
     assert m["grad_norm"] > 0 and m["version"] == 1
 
     base = load_state_dict(smollm2_dir())
     after = load_state_dict(files.weights(1))
     assert any(not after[k].equal(v) for k, v in base.items()), "the update changed no parameter"
-    assert max(replay_gap(tmp_path, cfg, smollm2_dir())) <= 1e-6
+    # a caller with more threads than the run's learner (the CLI's default): the replay must
+    # still use the learner's count, or SmolLM2's fp32 matmuls round differently (5.9e-5 from
+    # update 1 on; update 0 hides it: AdamW's first step is sign-like)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert replay_gap(tmp_path, cfg, smollm2_dir()) == [0.0, 0.0]
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_bad_builtin_names_are_config_errors_naming_the_field() -> None:
