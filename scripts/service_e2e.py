@@ -149,6 +149,7 @@ def main() -> int:
             srv.wait(timeout=60)
         except subprocess.TimeoutExpired:
             srv.kill()
+        log.close()
     result = {
         "recipe": args.recipe,
         "updates": args.updates,
