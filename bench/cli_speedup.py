@@ -22,6 +22,11 @@ def speedup(
     set_: list[str] = typer.Option(
         [], "--set", help="workload override, e.g. --set model.tiny_hidden=512"
     ),
+    balance: bool = typer.Option(
+        True,
+        help="first choose the model width at which sync's learner and rollout phases are equal "
+        "on this machine (two or three short sync probes); --no-balance keeps the workload's width",
+    ),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Same workload under sync and stream: step time, speedup vs the (R+L+P)/(max(R,L)+P) bound."""
@@ -36,6 +41,7 @@ def speedup(
             out=Path(out) if out else None,
             load=load,
             overrides=parse_set_overrides(set_),
+            balance=balance,
         )
     except ConfigError as e:
         raise typer.BadParameter(str(e)) from None

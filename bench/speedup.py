@@ -21,39 +21,44 @@ from tsrl.config import RunConfig, load_run_config
 from tsrl.rundir import RunFiles
 
 WORKLOADS: dict[str, dict[str, Any]] = {
-    # balanced: rollout time (generation + a sandbox tool call per trajectory) close to learner time
+    # balanced: rollout time (generation + a sandbox tool call per trajectory) close to learner
+    # time. The width is each workload's starting point: `bench.balance` re-chooses it on the
+    # machine that runs the bench (--no-balance keeps it). Eight groups per update make the
+    # per-update costs streaming cannot hide (the first source's latency, the last source's
+    # work, the publish) a small share of the step, as in real runs with hundreds of rollouts.
     "grpo": {
         "objective": "grpo",
         # wide and shallow: the learner's cost grows with hidden^2, a decode step's mostly with
-        # the layer count, so this width balances the learner against generation; a sandbox
+        # the layer count, so the width balances the learner against generation; a sandbox
         # tool call per trajectory (its wait, not CPU) is the rest of the rollout, as in
         # agentic RL, and keeps the two busy cores from overlapping for the whole step
-        "model.tiny_hidden": 1120,
+        "model.tiny_hidden": 1280,
         "model.tiny_layers": 2,
-        "rollout.groups_per_update": 4,
+        "rollout.groups_per_update": 8,
         "rollout.group_size": 8,
         "rollout.max_turns": 2,
         "rollout.max_new_tokens": 6,
         "rollout.concurrency": 2,
         "env.tool_seconds": 0.1,
         "learner.max_open_groups": 4,
-        "learner.accum_dtype": "float64",
+        # fp32 accumulators (the default): float64 ones doubled the learner's flat-vector
+        # traffic, which then competed with decode for memory bandwidth (learner 1.07-1.23x
+        # slower when overlapped) and made L 1.5x longer for no exactness gain here (stream
+        # and sync sum the same sources in the same order)
         "optim.lr": 0.003,
     },
     "opd": {
         "objective": "opd",
         "model.tiny_hidden": 1024,
         "model.tiny_layers": 2,
-        "rollout.groups_per_update": 4,
+        "rollout.groups_per_update": 8,
         "rollout.group_size": 4,
         "rollout.max_turns": 3,
         "rollout.max_new_tokens": 8,
         "rollout.concurrency": 2,
         "env.tool_seconds": 0.2,
         "learner.max_open_groups": 2,
-        # a trajectory sums its own turns in turn order, so fp32 is already order-independent;
-        # float64 (honoured for OPD since the GRPO/OPD precision fix) would double the learner's
-        # flat-vector traffic and unbalance the workload this bench was tuned for
+        # a trajectory sums its own turns in turn order, so fp32 is already order-independent
         "learner.accum_dtype": "float32",
         "optim.lr": 0.003,
     },
@@ -74,23 +79,39 @@ def workload_config(objective: str, schedule: str, updates: int, **extra: Any) -
 def prediction_errors(runs: dict[str, list[RunFiles]], machine_slowdown: float) -> dict[str, Any]:
     """`tsrl predict` on each round: the stream steps predicted from the sync run's spans (update
     0 left out) against the stream run of the same round, without contention and with the
-    machine's (`bench.machine_contention`, measured apart from the runs) on both sides."""
+    machine's (`bench.machine_contention`, measured apart from the runs) on both sides.
+
+    `rel_error` is each round's error of the run's mean step; `rel_error_per_update` pairs single
+    updates and so includes their machine noise, which `noise_per_update` measures on its own:
+    the same update of consecutive rounds' sync runs (same tokens, same work) differs by that
+    much."""
     from bench.predict import Contention, check, load_trace, predict, summary
 
     plain: list[float] = []
+    per_update: list[float] = []
     machine: list[float] = []
     reachable: list[float] = []
     for a, b in zip(runs["sync"], runs["stream"], strict=True):
         sync = [u for u in load_trace(a.root) if u.update > 0]
         stream = [u for u in load_trace(b.root) if u.update > 0]
-        for c, errs in (
-            (Contention(), plain),
-            (Contention(machine_slowdown, machine_slowdown), machine),
-        ):
-            errs.append(check(predict(sync, c), stream)["rel_error"])
+        res = check(predict(sync), stream)
+        plain.append(res["rel_error"])
+        per_update.append(res.get("rel_error_per_update", res["rel_error"]))
+        c = Contention(machine_slowdown, machine_slowdown)
+        machine.append(check(predict(sync, c), stream)["rel_error"])
         reachable.append(summary(predict(sync))["predicted_speedup"])
+    noise: list[float] = []
+    for a, b in zip(runs["sync"], runs["sync"][1:], strict=False):
+        steps = {m["update"]: m["step_s"] for m in b.read_metrics()[1:]}
+        noise += [
+            abs(m["step_s"] - steps[m["update"]]) / steps[m["update"]]
+            for m in a.read_metrics()[1:]
+            if m["update"] in steps
+        ]
     return {
         "rel_error": spread(plain),
+        "rel_error_per_update": spread(per_update),
+        "noise_per_update": spread(noise),
         "rel_error_with_machine_contention": spread(machine),
         "machine_slowdown": machine_slowdown,
         # the sync trace's own items replayed as stream without contention: what the bound
@@ -107,13 +128,21 @@ def run_speedup(
     out: Path | None = None,
     load: float = 0.0,
     overrides: dict[str, Any] | None = None,
+    balance: bool = True,
 ) -> dict[str, Any]:
+    from bench.balance import balance_width, sync_probe
     from bench.load import BackgroundLoad
     from bench.machine_contention import measure
     from driver.replay import replay_gap
     from driver.run import RunDriver
 
     root = Path(out) if out else Path(tempfile.mkdtemp(prefix="tsrl-speedup-"))
+    overrides = dict(overrides or {})
+    balanced: dict[str, Any] = {}
+    if balance and "model.tiny_hidden" not in overrides:  # a width set by hand is kept
+        h0 = int(WORKLOADS[objective]["model.tiny_hidden"])
+        balanced = balance_width(h0, sync_probe(objective, overrides, load))
+        overrides["model.tiny_hidden"] = balanced["width"]
     with BackgroundLoad(load):  # the hardware's share of `contention`, under the same load
         machine = measure()
     runs: dict[str, list[RunFiles]] = {"sync": [], "stream": []}
@@ -121,7 +150,7 @@ def run_speedup(
     placement = ""
     for r in range(rounds):
         for schedule in ("sync", "stream"):
-            cfg = workload_config(objective, schedule, updates, **(overrides or {}))
+            cfg = workload_config(objective, schedule, updates, **overrides)
             rd = RunFiles(root / f"{schedule}-r{r}")
             with BackgroundLoad(load):  # the replay below runs without it
                 RunDriver(cfg, rd.root, log_batches=schedule == "stream").run()
@@ -179,6 +208,8 @@ def run_speedup(
         "updates_measured": {"sync": len(sync), "stream": len(stream)},
         "placement": placement.split("placement: ", 1)[-1],
         "load_cores": load,
-        "overrides": overrides or {},
+        "overrides": overrides,
+        # the width chosen by the sync probes (empty: --no-balance or a width set by --set)
+        "balance": balanced,
         "run_dirs": str(root),
     }

@@ -1,0 +1,102 @@
+"""Balance the speedup bench's workload on the machine it runs on.
+
+Why: the learner's speed relative to the rollout side differs about 2x between VMs of the same
+type (the same GRPO workload measured sync L 6.8 s against R 9.4 s on one, L 12.5 s against
+R 11.1 s on another), so a workload tuned on one machine gives a bound of 1.70 on the next and
+the bench then measures an unbalanced pipeline. Before measuring, two or three short sync probes
+find the model width at which the learner's phase L equals the rollout's R on this machine: L
+grows with the width about quadratically, R much less (a decode step is mostly per-layer overhead and the
+tool call's wait), so log(L/R) is close to linear in log(width) and secant steps land close.
+The probes run the workload's own settings with fewer groups per update (L/R does not depend on
+the number of groups, the probes' cost does) and under the same background load as the bench.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+WIDTH_STEP = 32  # 4 query heads with an even head size (RoPE): 32 keeps the workloads' own widths
+MIN_WIDTH, MAX_WIDTH = 256, 4096
+TOLERANCE = 1.05  # L/R this close to 1 is within one probe's noise
+
+
+def round_width(h: float) -> int:
+    return int(min(MAX_WIDTH, max(MIN_WIDTH, WIDTH_STEP * round(h / WIDTH_STEP))))
+
+
+def first_guess(h0: int, ratio0: float) -> int:
+    """The second probe's width: L proportional to width^2 at a fixed R (halved or doubled at
+    most, so one noisy probe cannot send the next one far off)."""
+    return round_width(min(2.0 * h0, max(0.5 * h0, h0 / math.sqrt(ratio0))))
+
+
+def secant_width(points: list[tuple[int, float]]) -> int:
+    """The width where L/R = 1, from the last two (width, L/R) probes, in log-log coordinates.
+
+    A slope below 0.5 (L barely moving with the width: noise, or the rollout side growing as
+    fast) is not trusted to extrapolate: the closer probe's width is kept.
+    """
+    (h0, r0), (h1, r1) = points[-2], points[-1]
+    closest = min(points, key=lambda p: abs(math.log(p[1])))[0]
+    if h0 == h1:
+        return closest
+    slope = math.log(r1 / r0) / math.log(h1 / h0)
+    if slope < 0.5:
+        return closest
+    return round_width(h1 * math.exp(-math.log(r1) / slope))
+
+
+def probe_groups(groups: int) -> int:
+    return max(2, groups // 2)
+
+
+Probe = Callable[[int], dict[str, float]]
+
+
+def balance_width(h0: int, probe: Probe, max_probes: int = 3) -> dict[str, Any]:
+    """Probe the workload's width, then the quadratic guess, then secant steps while the last
+    probe is more than `TOLERANCE` off balance (at most `max_probes` probes)."""
+    probes: list[dict[str, Any]] = []
+    points: list[tuple[int, float]] = []
+    h = h0
+    while True:
+        m = probe(h)
+        probes.append({"width": h, **m, "L_over_R": m["L"] / m["R"]})
+        points.append((h, m["L"] / m["R"]))
+        nxt = first_guess(h0, points[0][1]) if len(points) == 1 else secant_width(points)
+        near = abs(math.log(points[-1][1])) <= math.log(TOLERANCE)
+        if nxt in (p[0] for p in points) or len(points) == max_probes or (near and len(points) > 1):
+            return {"width": nxt, "probes": probes}
+        if near:  # already balanced to within the probes' noise
+            return {"width": h, "probes": probes}
+        h = nxt
+
+
+def sync_probe(objective: str, overrides: dict[str, Any], load: float) -> Probe:
+    """A probe: one sync run of 2 updates at the given width; R, L, P of update 1."""
+    from bench.load import BackgroundLoad
+    from bench.speedup import WORKLOADS, workload_config
+    from driver.run import RunDriver
+    from tsrl.rundir import RunFiles
+
+    groups = overrides.get(
+        "rollout.groups_per_update", WORKLOADS[objective]["rollout.groups_per_update"]
+    )
+    root = Path(tempfile.mkdtemp(prefix="tsrl-balance-"))
+
+    def run(width: int) -> dict[str, float]:
+        over = overrides | {
+            "model.tiny_hidden": width,
+            "rollout.groups_per_update": probe_groups(int(groups)),
+        }
+        rd = RunFiles(root / f"w{width}")
+        with BackgroundLoad(load):
+            RunDriver(workload_config(objective, "sync", 2, **over), rd.root).run()
+        m = rd.read_metrics()[-1]
+        return {k: float(m[k]) for k in ("R", "L", "P")}
+
+    return run
