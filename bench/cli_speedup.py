@@ -51,4 +51,8 @@ def speedup(
         and res["peak_rss_ratio"] <= 1.10
         and res["max_param_gap"] == 0.0  # stream's update is sync's, bit for bit
     )
+    res["goals"] = {  # issue 16's other goals, reported apart from `goal_met`
+        "balanced_speedup": res["bound"] >= 1.9 and res["speedup"] >= 1.8,
+        "prediction_within_5pct": res["prediction"]["rel_error"]["median"] <= 0.05,
+    }
     typer.echo(json.dumps(res) if as_json else json.dumps(res, indent=2))
