@@ -7,8 +7,8 @@ the bench then measures an unbalanced pipeline. Before measuring, two or three s
 find the model width at which the learner's phase L equals the rollout's R on this machine: L
 grows with the width about quadratically, R much less (a decode step is mostly per-layer overhead and the
 tool call's wait), so log(L/R) is close to linear in log(width) and secant steps land close.
-The probes run the workload's own settings with fewer groups per update (L/R does not depend on
-the number of groups, the probes' cost does) and under the same background load as the bench.
+The probes run the workload's own settings and updates with half the groups per update (L/R does
+not depend on the number of groups, the probes' cost does) under the bench's background load.
 """
 
 from __future__ import annotations
@@ -76,8 +76,11 @@ def balance_width(h0: int, probe: Probe, max_probes: int = 3) -> dict[str, Any]:
         h = nxt
 
 
-def sync_probe(objective: str, overrides: dict[str, Any], load: float) -> Probe:
-    """A probe: one sync run of 2 updates at the given width; R, L, P of update 1."""
+def sync_probe(objective: str, overrides: dict[str, Any], load: float, updates: int) -> Probe:
+    """A probe: one sync run of the bench's `updates` at the given width; R, L, P summed over the
+    updates the bench measures (1 on). The same updates, not just one: the prompts and what the
+    policy generates change from update to update, and L/R with them (one update's L/R was 6%
+    off the bench's own median at the same width)."""
     from bench.load import BackgroundLoad
     from bench.speedup import WORKLOADS, workload_config
     from driver.run import RunDriver
@@ -95,8 +98,8 @@ def sync_probe(objective: str, overrides: dict[str, Any], load: float) -> Probe:
         }
         rd = RunFiles(root / f"w{width}")
         with BackgroundLoad(load):
-            RunDriver(workload_config(objective, "sync", 2, **over), rd.root).run()
-        m = rd.read_metrics()[-1]
-        return {k: float(m[k]) for k in ("R", "L", "P")}
+            RunDriver(workload_config(objective, "sync", updates, **over), rd.root).run()
+        ms = rd.read_metrics()[1:]
+        return {k: sum(float(m[k]) for m in ms) for k in ("R", "L", "P")}
 
     return run

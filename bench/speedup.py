@@ -141,7 +141,7 @@ def run_speedup(
     balanced: dict[str, Any] = {}
     if balance and "model.tiny_hidden" not in overrides:  # a width set by hand is kept
         h0 = int(WORKLOADS[objective]["model.tiny_hidden"])
-        balanced = balance_width(h0, sync_probe(objective, overrides, load))
+        balanced = balance_width(h0, sync_probe(objective, overrides, load, updates))
         overrides["model.tiny_hidden"] = balanced["width"]
     with BackgroundLoad(load):  # the hardware's share of `contention`, under the same load
         machine = measure()
