@@ -59,7 +59,8 @@ Probe = Callable[[int], dict[str, float]]
 
 def balance_width(h0: int, probe: Probe, max_probes: int = 3) -> dict[str, Any]:
     """Probe the workload's width, then the quadratic guess, then secant steps while the last
-    probe is more than `TOLERANCE` off balance (at most `max_probes` probes)."""
+    probe is more than `TOLERANCE` off balance (at most `max_probes` probes). The width stays
+    within [h0 / 2, 2 h0]: a step's cost grows with its square, and so would the bench's."""
     probes: list[dict[str, Any]] = []
     points: list[tuple[int, float]] = []
     h = h0
@@ -68,6 +69,7 @@ def balance_width(h0: int, probe: Probe, max_probes: int = 3) -> dict[str, Any]:
         probes.append({"width": h, **m, "L_over_R": m["L"] / m["R"]})
         points.append((h, m["L"] / m["R"]))
         nxt = first_guess(h0, points[0][1]) if len(points) == 1 else secant_width(points)
+        nxt = round_width(min(2.0 * h0, max(0.5 * h0, nxt)))  # bounds the bench's own run time
         near = abs(math.log(points[-1][1])) <= math.log(TOLERANCE)
         if nxt in (p[0] for p in points) or len(points) == max_probes or (near and len(points) > 1):
             return {"width": nxt, "probes": probes}

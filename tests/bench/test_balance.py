@@ -17,7 +17,7 @@ def machine(learner_per_width2: float, rollout_s: float, rollout_per_width2: flo
     return probe
 
 
-@pytest.mark.parametrize("learner_rate", [3.0, 4.0, 14.0, 30.0])
+@pytest.mark.parametrize("learner_rate", [4.0, 6.0, 14.0, 20.0])
 def test_at_most_three_probes_land_within_a_width_step_of_balance(learner_rate: float) -> None:
     probe = machine(learner_rate, rollout_s=8.0, rollout_per_width2=1.5)
     got = balance_width(1120, probe)
@@ -47,3 +47,10 @@ def test_the_guess_is_at_most_a_factor_two_and_on_the_width_grid() -> None:
     assert first_guess(1024, 0.01) == 2048
     assert round_width(1000) % 32 == 0
     assert round_width(10) == 256
+
+
+def test_the_width_stays_within_half_and_twice_the_workloads() -> None:
+    # a learner 100x too fast for its rollouts: the search stops at twice the width
+    got = balance_width(1024, machine(0.05, rollout_s=8.0))
+    assert got["width"] == 2048
+    assert max(p["width"] for p in got["probes"]) <= 2048
