@@ -5,8 +5,9 @@ type (the same GRPO workload measured sync L 6.8 s against R 9.4 s on one, L 12.
 R 11.1 s on another), so a workload tuned on one machine gives a bound of 1.70 on the next and
 the bench then measures an unbalanced pipeline. Before measuring, two or three short sync probes
 find the model width at which the learner's phase L equals the rollout's R on this machine: L
-grows with the width about quadratically, R much less (a decode step is mostly per-layer overhead and the
-tool call's wait), so log(L/R) is close to linear in log(width) and secant steps land close.
+grows with the width about quadratically, R much less (a decode step is mostly per-layer
+overhead and the tool call's wait), so log(L/R) is close to linear in log(width) and secant
+steps land close.
 The probes run the workload's own settings and updates with half the groups per update (L/R does
 not depend on the number of groups, the probes' cost does) under the bench's background load.
 """
@@ -14,7 +15,6 @@ not depend on the number of groups, the probes' cost does) under the bench's bac
 from __future__ import annotations
 
 import math
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -70,15 +70,16 @@ def balance_width(h0: int, probe: Probe, max_probes: int = 3) -> dict[str, Any]:
         points.append((h, m["L"] / m["R"]))
         nxt = first_guess(h0, points[0][1]) if len(points) == 1 else secant_width(points)
         nxt = round_width(min(2.0 * h0, max(0.5 * h0, nxt)))  # bounds the bench's own run time
-        near = abs(math.log(points[-1][1])) <= math.log(TOLERANCE)
-        if nxt in (p[0] for p in points) or len(points) == max_probes or (near and len(points) > 1):
+        if abs(math.log(points[-1][1])) <= math.log(TOLERANCE):  # within the probes' noise
+            return {"width": h if len(points) == 1 else nxt, "probes": probes}
+        if nxt in (p[0] for p in points) or len(points) == max_probes:
             return {"width": nxt, "probes": probes}
-        if near:  # already balanced to within the probes' noise
-            return {"width": h, "probes": probes}
         h = nxt
 
 
-def sync_probe(objective: str, overrides: dict[str, Any], load: float, updates: int) -> Probe:
+def sync_probe(
+    objective: str, overrides: dict[str, Any], load: float, updates: int, root: Path
+) -> Probe:
     """A probe: one sync run of the bench's `updates` at the given width; R, L, P summed over the
     updates the bench measures (1 on). The same updates, not just one: the prompts and what the
     policy generates change from update to update, and L/R with them (one update's L/R was 6%
@@ -91,7 +92,6 @@ def sync_probe(objective: str, overrides: dict[str, Any], load: float, updates: 
     groups = overrides.get(
         "rollout.groups_per_update", WORKLOADS[objective]["rollout.groups_per_update"]
     )
-    root = Path(tempfile.mkdtemp(prefix="tsrl-balance-"))
 
     def run(width: int) -> dict[str, float]:
         over = overrides | {

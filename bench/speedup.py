@@ -94,12 +94,13 @@ def prediction_errors(runs: dict[str, list[RunFiles]], machine_slowdown: float) 
     for a, b in zip(runs["sync"], runs["stream"], strict=True):
         sync = [u for u in load_trace(a.root) if u.update > 0]
         stream = [u for u in load_trace(b.root) if u.update > 0]
-        res = check(predict(sync), stream)
+        preds = predict(sync)  # without contention: checked, and the reachable speedup
+        res = check(preds, stream)
         plain.append(res["rel_error"])
         per_update.append(res.get("rel_error_per_update", res["rel_error"]))
         c = Contention(machine_slowdown, machine_slowdown)
         machine.append(check(predict(sync, c), stream)["rel_error"])
-        reachable.append(summary(predict(sync))["predicted_speedup"])
+        reachable.append(summary(preds)["predicted_speedup"])
     noise: list[float] = []
     for a, b in zip(runs["sync"], runs["sync"][1:], strict=False):
         steps = {m["update"]: m["step_s"] for m in b.read_metrics()[1:]}
@@ -141,7 +142,8 @@ def run_speedup(
     balanced: dict[str, Any] = {}
     if balance and "model.tiny_hidden" not in overrides:  # a width set by hand is kept
         h0 = int(WORKLOADS[objective]["model.tiny_hidden"])
-        balanced = balance_width(h0, sync_probe(objective, overrides, load, updates))
+        probe = sync_probe(objective, overrides, load, updates, root / "balance")
+        balanced = balance_width(h0, probe)
         overrides["model.tiny_hidden"] = balanced["width"]
     with BackgroundLoad(load):  # the hardware's share of `contention`, under the same load
         machine = measure()
