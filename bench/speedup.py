@@ -32,8 +32,14 @@ WORKLOADS: dict[str, dict[str, Any]] = {
         # the layer count, so the width balances the learner against generation; a sandbox
         # tool call per trajectory (its wait, not CPU) is the rest of the rollout, as in
         # agentic RL, and keeps the two busy cores from overlapping for the whole step
-        "model.tiny_hidden": 1280,
+        "model.tiny_hidden": 1408,
         "model.tiny_layers": 2,
+        # recompute in backward (what large runs do for memory): on the VMs that give fp32 L/R
+        # ~0.75 at every width (a batch-1 decode step, like the learner, is then bound by the
+        # weights: both grow with width^2, and the width alone cannot balance them; probes at
+        # 1280 / 1568 gave 0.74 / 0.71) it adds ~1/3 of the forward to L, compute and not
+        # memory traffic, so overlap does not contend more; the width balances the rest
+        "learner.activation_checkpointing": True,
         "rollout.groups_per_update": 8,
         "rollout.group_size": 8,
         "rollout.max_turns": 2,
@@ -148,14 +154,17 @@ def run_speedup(
     with BackgroundLoad(load):  # the hardware's share of `contention`, under the same load
         machine = measure()
     runs: dict[str, list[RunFiles]] = {"sync": [], "stream": []}
+    load_got: dict[str, list[float]] = {"sync": [], "stream": []}
     gaps: list[float] = []
     placement = ""
     for r in range(rounds):
         for schedule in ("sync", "stream"):
             cfg = workload_config(objective, schedule, updates, **overrides)
             rd = RunFiles(root / f"{schedule}-r{r}")
-            with BackgroundLoad(load):  # the replay below runs without it
+            with BackgroundLoad(load) as bg:  # the replay below runs without it
                 RunDriver(cfg, rd.root, log_batches=schedule == "stream").run()
+            if bg.cores_obtained is not None:
+                load_got[schedule].append(bg.cores_obtained)
             runs[schedule].append(rd)
             placement = next((x for x in rd.log_lines() if "placement" in x), "")
             if schedule == "stream":
@@ -210,6 +219,9 @@ def run_speedup(
         "updates_measured": {"sync": len(sync), "stream": len(stream)},
         "placement": placement.split("placement: ", 1)[-1],
         "load_cores": load,
+        # what the load really got while each schedule ran (its CPU seconds / the run's wall
+        # time): the cores it took are the ones the schedule's processes did not have
+        "load_cores_obtained": {k: spread(v) for k, v in load_got.items() if v},
         "overrides": overrides,
         # the width chosen by the sync probes (empty: --no-balance or a width set by --set)
         "balance": balanced,

@@ -36,13 +36,15 @@ LOSSLESS = ("sync", "stream")
 # on top of the speedup bench's GRPO workload: a smaller step, so the reward rises over several
 # updates instead of jumping to 1 after two (which would leave no curve to compare); and the
 # speedup workload as it was when this bench's README row was measured (4 groups of 8 at width
-# 1120, float64 accumulators): the speedup bench has since moved to 8 groups, fp32 and a width
-# chosen per machine, and a change here re-measures the row
+# 1120, float64 accumulators, no activation checkpointing): the speedup bench has since moved
+# to 8 groups, fp32, recompute and a width chosen per machine, and a change here re-measures
+# the row
 DEFAULTS: dict[str, Any] = {
     "optim.lr": 0.001,
     "rollout.groups_per_update": 4,
     "model.tiny_hidden": 1120,
     "learner.accum_dtype": "float64",
+    "learner.activation_checkpointing": False,
 }
 GRAD_NORM_RTOL = 1e-12
 
