@@ -37,8 +37,7 @@ LOSSLESS = ("sync", "stream")
 # updates instead of jumping to 1 after two (which would leave no curve to compare); and the
 # speedup workload as it was when this bench's README row was measured (4 groups of 8 at width
 # 1120, float64 accumulators, no activation checkpointing): the speedup bench has since moved
-# to 8 groups, fp32, recompute and a width chosen per machine, and a change here re-measures
-# the row
+# to 8 groups, fp32 and a width chosen per machine, and a change here re-measures the row
 DEFAULTS: dict[str, Any] = {
     "optim.lr": 0.001,
     "rollout.groups_per_update": 4,
