@@ -3,13 +3,18 @@
 Why: the learner's speed relative to the rollout side differs about 2x between VMs of the same
 type (the same GRPO workload measured sync L 6.8 s against R 9.4 s on one, L 12.5 s against
 R 11.1 s on another), so a workload tuned on one machine gives a bound of 1.70 on the next and
-the bench then measures an unbalanced pipeline. Before measuring, two or three short sync probes
+the bench then measures an unbalanced pipeline. Before measuring, two or three sync probes
 find the model width at which the learner's phase L equals the rollout's R on this machine: L
-grows with the width about quadratically, R much less (a decode step is mostly per-layer
-overhead and the tool call's wait), so log(L/R) is close to linear in log(width) and secant
-steps land close.
-The probes run the workload's own settings and updates with half the groups per update (L/R does
-not depend on the number of groups, the probes' cost does) under the bench's background load.
+grows with the width about quadratically, R less at small widths (a decode step is then mostly
+per-layer overhead and the tool call's wait; once the weights no longer fit the caches a batch-1
+decode step grows with width^2 too, and the slope of L/R falls from ~2 toward ~0.8), so log(L/R)
+is close to linear in log(width) over a probe's step and secant steps land close.
+Each probe is the bench's own sync run at that width (the same groups and updates) under the
+bench's background load. Probes with half the groups overestimated the bench's L/R by 3-11%
+in three runs out of three (0.99 -> 0.88, 0.95 -> 0.92, 0.96 -> 0.87): an update's first
+sources and its last one cost the learner more than the rest (~1 s of ~18 s at half the groups),
+a per-update cost whose share half the groups doubles; the rest is the machine's noise. Full
+probes cost more (a sync run each); a biased one wastes the bench.
 """
 
 from __future__ import annotations
@@ -50,10 +55,6 @@ def secant_width(points: list[tuple[int, float]]) -> int:
     return round_width(h1 * math.exp(-math.log(r1) / slope))
 
 
-def probe_groups(groups: int) -> int:
-    return max(2, groups // 2)
-
-
 Probe = Callable[[int], dict[str, float]]
 
 
@@ -85,19 +86,12 @@ def sync_probe(
     policy generates change from update to update, and L/R with them (one update's L/R was 6%
     off the bench's own median at the same width)."""
     from bench.load import BackgroundLoad
-    from bench.speedup import WORKLOADS, workload_config
+    from bench.speedup import workload_config
     from driver.run import RunDriver
     from tsrl.rundir import RunFiles
 
-    groups = overrides.get(
-        "rollout.groups_per_update", WORKLOADS[objective]["rollout.groups_per_update"]
-    )
-
     def run(width: int) -> dict[str, float]:
-        over = overrides | {
-            "model.tiny_hidden": width,
-            "rollout.groups_per_update": probe_groups(int(groups)),
-        }
+        over = overrides | {"model.tiny_hidden": width}
         rd = RunFiles(root / f"w{width}")
         with BackgroundLoad(load):
             RunDriver(workload_config(objective, "sync", updates, **over), rd.root).run()

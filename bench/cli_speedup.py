@@ -25,7 +25,7 @@ def speedup(
     balance: bool = typer.Option(
         True,
         help="first choose the model width at which sync's learner and rollout phases are equal "
-        "on this machine (two or three short sync probes); --no-balance keeps the workload's width",
+        "on this machine (two or three sync probes); --no-balance keeps the workload's width",
     ),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
