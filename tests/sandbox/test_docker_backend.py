@@ -41,9 +41,12 @@ def test_fork_bomb_is_contained_and_the_session_stays_usable(
         assert not r.ok or r.exit_code == 0  # data, not an exception
         for _ in range(3):  # pid 1 reaps; the wrapper killed every leftover
             after = s.exec("echo alive; ls /proc | grep -c '^[0-9]'", timeout=30)
-            assert after.stdout.split()[0] == "alive", after
+            # [:1], not [0]: an empty stdout must fail with the whole result (exit code,
+            # stderr, duration) in the message, not with an IndexError that hides it
+            assert after.stdout.split()[:1] == ["alive"], after
         # only pid 1 (init), `sleep infinity` and this exec's own 5 (sh, timeout, bash, ls, grep)
-        assert int(after.stdout.split()[1]) <= 7, after.stdout
+        count = after.stdout.split()[1:]
+        assert len(count) == 1 and int(count[0]) <= 7, after
         assert s.get_file("keep.txt") == b"kept"
 
 
