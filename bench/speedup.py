@@ -34,11 +34,10 @@ WORKLOADS: dict[str, dict[str, Any]] = {
         # agentic RL, and keeps the two busy cores from overlapping for the whole step
         "model.tiny_hidden": 1280,
         "model.tiny_layers": 2,
-        # no recompute in backward: on a VM where fp32 L/R is ~0.7 at this width it balances
-        # the workload at a smaller width (session 14: bound 1.90 at 1440), but a balanced
-        # pipeline has no slack for the first source's latency, the suffix and per-update noise
-        # (efficiency 0.88 against 0.935 the same day without it, at width 1920 and L/R 0.87);
-        # the acceptance goal is the efficiency, so the learner keeps that slack
+        # no recompute in backward: it balances the workload at a smaller width (session 14:
+        # bound 1.90 at 1440) but measured efficiency 0.88, against 0.935 the same day without
+        # it (width 1920, L/R 0.87); without it `balance` still reaches L/R ~1 where the VM
+        # allows (session 15: width 1920, L/R 0.98, 1.87x of 1.95, efficiency 0.96)
         "rollout.groups_per_update": 8,
         "rollout.group_size": 8,
         "rollout.max_turns": 2,
