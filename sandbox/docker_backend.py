@@ -54,7 +54,7 @@ from sandbox.docker_support import (  # noqa: F401  (ensure_podman_socket, _ping
     container_kwargs,
     ensure_podman_socket,
 )
-from sandbox.executor import Backend, ExecResult, SandboxError, SessionSpec
+from sandbox.executor import Backend, ExecOutputLost, ExecResult, SandboxError, SessionSpec
 from sandbox.output import HeadTail
 
 DEFAULT_IMAGE = os.environ.get("THUNDERSYNC_SANDBOX_IMAGE", "thundersync-sandbox:bookworm")
@@ -222,6 +222,8 @@ class DockerSession:
     ) -> ExecResult | None:
         try:
             return self._exec_once(cmd, timeout, env)
+        except ExecOutputLost:
+            raise  # the command ran: a retry would run it twice
         except SandboxError:
             return None
 
@@ -248,13 +250,17 @@ class DockerSession:
         except Exception as e:
             raise SandboxError(f"exec failed in container {self.container.id[:12]}: {e}") from e
 
+        broke: list[BaseException] = []
+
         def pump() -> None:
-            with contextlib.suppress(Exception):
+            try:
                 for o, e in stream:
                     if o:
                         out.feed(o)
                     if e:
                         err.feed(e)
+            except Exception as exc:  # the engine dropped the stream: the output is incomplete
+                broke.append(exc)
 
         t = threading.Thread(target=pump, daemon=True)
         t.start()
@@ -269,8 +275,14 @@ class DockerSession:
                 break
             time.sleep(0.1)
         timed_out = hung or (code in (124, 137) and duration >= timeout - 0.5)
-        if timed_out or code == -1:
+        if timed_out or code == -1 or broke:
             self._kill_leftovers()
+        if broke and not timed_out:
+            raise ExecOutputLost(
+                f"exec in container {self.container.id[:12]}: the engine's output stream broke "
+                f"({broke[0]!r}) after {out.total + err.total} bytes; the command's exit code was "
+                f"{code}, its output is incomplete and it is not rerun (it may have had effects)"
+            )
         return ExecResult(
             exit_code=137 if timed_out else code,
             stdout=out.text(),

@@ -24,6 +24,12 @@ class SandboxError(RuntimeError):
     """The sandbox itself is broken (not the command run inside it)."""
 
 
+class ExecOutputLost(SandboxError):
+    """The command ran but the engine lost its output stream, so its result is unknown. Never
+    retried by the backend (the command may have had effects); a rollout that meets it is rerun
+    from scratch by the driver, as for any broken sandbox."""
+
+
 @dataclass(frozen=True)
 class Limits:
     """Per-session resource limits (applied per exec where the backend works per process)."""

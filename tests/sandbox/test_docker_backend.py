@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from sandbox.docker_backend import DockerExecutor
-from sandbox.executor import SandboxError, SessionSpec
+from sandbox.executor import ExecOutputLost, SandboxError, SessionSpec
 from sandbox.selftest import ATTACKS, run_selftest
 
 
@@ -48,6 +50,32 @@ def test_fork_bomb_is_contained_and_the_session_stays_usable(
         count = after.stdout.split()[1:]
         assert len(count) == 1 and int(count[0]) <= 7, after
         assert s.get_file("keep.txt") == b"kept"
+
+
+def test_a_broken_output_stream_raises_and_never_reruns_the_command(
+    docker_executor: DockerExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine drops the exec's stream after the first chunk (injected on the engine's side
+    only): no partial stdout may come back as the command's, and no retry may run it twice."""
+    with docker_executor.open(SessionSpec(label="broken-stream")) as s:
+        api = s.client.api
+        real_start = api.exec_start
+
+        def drop_after_first(stream: Iterator[Any]) -> Iterator[Any]:
+            for chunk in stream:
+                yield chunk
+                raise ConnectionResetError("injected: the engine dropped the stream")
+
+        def dropping_start(*args: Any, **kwargs: Any) -> Any:
+            result = real_start(*args, **kwargs)  # the housekeeping execs are not streamed
+            return drop_after_first(result) if kwargs.get("stream") else result
+
+        monkeypatch.setattr(api, "exec_start", dropping_start)
+        with pytest.raises(ExecOutputLost, match=r"output stream broke.*not rerun"):
+            s.exec("echo run >> runs.txt; echo first; sleep 0.5; echo second")
+        monkeypatch.undo()
+        assert s.exec("cat runs.txt").stdout == "run\n"  # ran exactly once
+        assert s.exec("echo alive").stdout == "alive\n"  # the session stays usable
 
 
 def test_wedged_container_recovers_by_restart_keeping_files(
