@@ -60,17 +60,23 @@ from sandbox.output import HeadTail
 DEFAULT_IMAGE = os.environ.get("THUNDERSYNC_SANDBOX_IMAGE", "thundersync-sandbox:bookworm")
 # after the command: SIGKILL every process of the sandbox user (the shell builtin needs no fork,
 # so it works with the pids limit exhausted; repeated for children forked during a pass)
+# Podman's exec API can lose a command's output and still report exit 0 (podman #21741, #18025:
+# `exec cat file` -> ''; seen here twice after fork bombs under CI load). Every wrapper ends each
+# stream with a trailer, written after every other process is gone: an exec whose trailer did
+# not arrive lost output, and says so (ExecOutputLost) instead of returning a partial result.
+_TRAILER = "printf '\\036tsrl-end:%s\\036' \"$rc\"; printf '\\036tsrl-end:%s\\036' \"$rc\" >&2; "
+_TRAILER_RE = re.compile(rb"\x1etsrl-end:(\d+)\x1e$")
 _EXEC_WRAPPER = (
     'timeout -k 2 "$1" bash -c "$2"; rc=$?; '
     "for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do kill -9 -1 2>/dev/null; done; "
-    "exit $rc"
+    f"{_TRAILER}exit $rc"
 )
 # root execs (verifiers): a root `kill -9 -1` would kill `sleep infinity` and stop the
 # container, so kill every pid but pid 1, the main process ($3) and this shell itself
 _ROOT_WRAPPER = (
     'timeout -k 2 "$1" bash -c "$2"; rc=$?; [ -n "$3" ] && for i in 1 2 3 4 5; do '
     'for p in /proc/[0-9]*; do p=${p#/proc/}; case " 1 $3 $$ " in *" $p "*) ;; '
-    '*) kill -9 "$p" 2>/dev/null;; esac; done; done; exit $rc'
+    '*) kill -9 "$p" 2>/dev/null;; esac; done; done; ' + _TRAILER + "exit $rc"
 )
 _STAGE = "/run/tsrl-stage"  # root-owned 0711: put_file's bytes wait here under random names
 _WRAPPER_NAME = "tsrl-exec"  # $0 of the wrapper: its own errors read "tsrl-exec: 1: ..."
@@ -78,6 +84,11 @@ _RUNTIME_FAILURE = ("OCI runtime error", "exec failed", "unable to start contain
 # what sh / timeout print when the pids limit is exhausted; the file tools run only our own
 # fixed scripts, so these words in their stderr mean the script did not run, not that it failed
 _NO_FORK = ("Cannot fork", "fork system call failed", "Resource temporarily unavailable")
+
+
+def _no_wrapper(code: int, stderr: str) -> bool:
+    """No trailer is due: the engine could not start the wrapper, or the kernel killed it."""
+    return code == 137 or (code in (125, 126) and any(m in stderr for m in _RUNTIME_FAILURE))
 
 
 def _did_not_start(r: ExecResult | None) -> bool:
@@ -251,14 +262,17 @@ class DockerSession:
             raise SandboxError(f"exec failed in container {self.container.id[:12]}: {e}") from e
 
         broke: list[BaseException] = []
+        ends = [b"", b""]  # the last bytes of stdout and stderr: where the trailers are
 
         def pump() -> None:
             try:
                 for o, e in stream:
                     if o:
                         out.feed(o)
+                        ends[0] = (ends[0] + o)[-64:]
                     if e:
                         err.feed(e)
+                        ends[1] = (ends[1] + e)[-64:]
             except Exception as exc:  # the engine dropped the stream: the output is incomplete
                 broke.append(exc)
 
@@ -271,17 +285,27 @@ class DockerSession:
         for _ in range(50):  # poll the exit code (podman: detach + poll, not wait)
             info = api.exec_inspect(eid)
             if not info.get("Running"):
-                code = int(info.get("ExitCode") or 0)
+                code = -1 if info.get("ExitCode") is None else int(info["ExitCode"])
                 break
             time.sleep(0.1)
+        trailers = [_TRAILER_RE.search(end) for end in ends]
+        for buf, m in zip((out, err), trailers, strict=True):
+            if m:
+                buf.drop_end(len(m.group(0)))
+        if code == -1 and trailers[0]:  # the engine has no exit code; the wrapper said it
+            code = int(trailers[0].group(1))
         timed_out = hung or (code in (124, 137) and duration >= timeout - 0.5)
         if timed_out or code == -1 or broke:
             self._kill_leftovers()
-        if broke and not timed_out:
+        lost = repr(broke[0]) if broke else ""
+        if not lost and not all(trailers) and not _no_wrapper(code, err.text()):
+            missing = "stdout" if not trailers[0] else "stderr"
+            lost = f"exit code {code} but no end-of-output trailer on {missing}"
+        if lost and not timed_out:
             raise ExecOutputLost(
-                f"exec in container {self.container.id[:12]}: the engine's output stream broke "
-                f"({broke[0]!r}) after {out.total + err.total} bytes; the command's exit code was "
-                f"{code}, its output is incomplete and it is not rerun (it may have had effects)"
+                f"exec in container {self.container.id[:12]}: the engine lost the command's "
+                f"output ({lost}; {out.total + err.total} bytes arrived); it is not rerun (it ran, "
+                "it may have had effects)"
             )
         return ExecResult(
             exit_code=137 if timed_out else code,
@@ -373,11 +397,20 @@ class DockerSession:
 
     def get_file(self, path: str) -> bytes | None:
         """Read as the agent's user: only regular files it may read (no root-only files, no
-        FIFOs or devices), at most 256 MiB."""
-        code, out, _ = self._raw_exec(
-            ["sh", "-c", '[ -f "$1" ] && exec head -c 268435456 -- "$1"', "sh", self._inside(path)]
+        FIFOs or devices), at most 256 MiB. The bytes end with a trailer: a read the engine
+        lost (podman #21741: exit 0, no output) is retried, never returned as an empty file."""
+        script = '[ -f "$1" ] || exit 3; head -c 268435456 -- "$1" || exit 1; rc=0; ' + _TRAILER
+        for _ in range(3):
+            code, out, _ = self._raw_exec(["sh", "-c", script, "sh", self._inside(path)])
+            if code != 0:
+                return None
+            m = _TRAILER_RE.search(out[-64:])
+            if m:
+                return out[: len(out) - len(m.group(0))]
+        raise ExecOutputLost(
+            f"get_file({path!r}) in container {self.container.id[:12]}: the engine returned "
+            "no end-of-output trailer 3 times (podman #21741: exec output lost with exit 0)"
         )
-        return out if code == 0 else None
 
     def _raw_exec(self, cmd: list[str], timeout: float = 60) -> tuple[int, bytes, bytes]:
         """(exit code, stdout, stderr) of `cmd` run as uid 65534, bytes untouched; recovers
@@ -419,7 +452,8 @@ class DockerSession:
         for _ in range(100):  # podman: poll for the exit code
             info = api.exec_inspect(eid)
             if not info.get("Running"):
-                return int(info.get("ExitCode") or 0), out or b"", err or b""
+                code = info.get("ExitCode")
+                return -1 if code is None else int(code), out or b"", err or b""
             time.sleep(0.05)
         return -1, out or b"", err or b""
 

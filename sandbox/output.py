@@ -33,6 +33,14 @@ class HeadTail:
     def truncated(self) -> bool:
         return self.total > self.cap
 
+    def drop_end(self, n: int) -> None:
+        """Forget the last `n` bytes fed (an executor's own trailer, not the command's)."""
+        self.total -= n
+        cut = min(n, len(self.tail))
+        del self.tail[len(self.tail) - cut :]
+        if n - cut:
+            del self.head[len(self.head) - (n - cut) :]
+
     def text(self) -> str:
         keep = self.cap - self.cap // 2
         tail = bytes(self.tail[-keep:]) if self.tail else b""

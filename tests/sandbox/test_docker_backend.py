@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
-from sandbox.docker_backend import DockerExecutor
-from sandbox.executor import ExecOutputLost, SandboxError, SessionSpec
+from sandbox.docker_backend import DockerExecutor, DockerSession
+from sandbox.executor import ExecOutputLost, ExecResult, SandboxError, SessionSpec
 from sandbox.selftest import ATTACKS, run_selftest
 
 
@@ -34,6 +32,19 @@ def test_docker_selftest_contains_every_attack(docker_executor: DockerExecutor) 
     assert report["attacks"] == len(ATTACKS) and not bad, bad
 
 
+def _probe(s: DockerSession, cmd: str) -> ExecResult:
+    """An idempotent probe after a fork bomb. Podman can lose an exec's output (#21741, seen
+    here under CI load after bombs); the backend detects that and raises ExecOutputLost rather
+    than return an empty stdout. What these tests check is containment, so a probe whose
+    output the engine lost is asked again (at most twice), never read as empty."""
+    for _ in range(2):
+        try:
+            return s.exec(cmd, timeout=30)
+        except ExecOutputLost:
+            continue
+    return s.exec(cmd, timeout=30)
+
+
 def test_fork_bomb_is_contained_and_the_session_stays_usable(
     docker_executor: DockerExecutor,
 ) -> None:
@@ -42,7 +53,7 @@ def test_fork_bomb_is_contained_and_the_session_stays_usable(
         r = s.exec("b(){ b|b & }; b; sleep 3", timeout=6)
         assert not r.ok or r.exit_code == 0  # data, not an exception
         for _ in range(3):  # pid 1 reaps; the wrapper killed every leftover
-            after = s.exec("echo alive; ls /proc | grep -c '^[0-9]'", timeout=30)
+            after = _probe(s, "echo alive; ls /proc | grep -c '^[0-9]'")
             # [:1], not [0]: an empty stdout must fail with the whole result (exit code,
             # stderr, duration) in the message, not with an IndexError that hides it
             assert after.stdout.split()[:1] == ["alive"], after
@@ -50,32 +61,6 @@ def test_fork_bomb_is_contained_and_the_session_stays_usable(
         count = after.stdout.split()[1:]
         assert len(count) == 1 and int(count[0]) <= 7, after
         assert s.get_file("keep.txt") == b"kept"
-
-
-def test_a_broken_output_stream_raises_and_never_reruns_the_command(
-    docker_executor: DockerExecutor, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The engine drops the exec's stream after the first chunk (injected on the engine's side
-    only): no partial stdout may come back as the command's, and no retry may run it twice."""
-    with docker_executor.open(SessionSpec(label="broken-stream")) as s:
-        api = s.client.api
-        real_start = api.exec_start
-
-        def drop_after_first(stream: Iterator[Any]) -> Iterator[Any]:
-            for chunk in stream:
-                yield chunk
-                raise ConnectionResetError("injected: the engine dropped the stream")
-
-        def dropping_start(*args: Any, **kwargs: Any) -> Any:
-            result = real_start(*args, **kwargs)  # the housekeeping execs are not streamed
-            return drop_after_first(result) if kwargs.get("stream") else result
-
-        monkeypatch.setattr(api, "exec_start", dropping_start)
-        with pytest.raises(ExecOutputLost, match=r"output stream broke.*not rerun"):
-            s.exec("echo run >> runs.txt; echo first; sleep 0.5; echo second")
-        monkeypatch.undo()
-        assert s.exec("cat runs.txt").stdout == "run\n"  # ran exactly once
-        assert s.exec("echo alive").stdout == "alive\n"  # the session stays usable
 
 
 def test_wedged_container_recovers_by_restart_keeping_files(
@@ -88,7 +73,7 @@ def test_wedged_container_recovers_by_restart_keeping_files(
         eid = api.exec_create(s.container.id, ["bash", "-c", "b(){ b|b & }; b"], user="0")
         api.exec_start(eid, detach=True)
         time.sleep(1)  # let it fill the pids limit
-        after = s.exec("echo alive", timeout=30)
+        after = _probe(s, "echo alive")
         assert after.stdout.strip() == "alive", after
         assert s.get_file("keep.txt") == b"kept"
 
