@@ -87,8 +87,10 @@ _NO_FORK = ("Cannot fork", "fork system call failed", "Resource temporarily unav
 
 
 def _no_wrapper(code: int, stderr: str) -> bool:
-    """No trailer is due: the engine could not start the wrapper, or the kernel killed it."""
-    return code == 137 or (code in (125, 126) and any(m in stderr for m in _RUNTIME_FAILURE))
+    """No trailer is due: the engine could not start the wrapper, or a signal killed it (the
+    OOM killer, or the command itself: the wrapper runs as its user, so `kill -1` reaches it;
+    a hostile command's result is data, never an error)."""
+    return code > 128 or (code in (125, 126) and any(m in stderr for m in _RUNTIME_FAILURE))
 
 
 def _did_not_start(r: ExecResult | None) -> bool:

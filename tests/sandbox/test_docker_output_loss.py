@@ -100,3 +100,14 @@ def test_the_trailer_is_invisible_in_results_even_when_output_is_truncated(
         assert big.truncated and big.stdout.endswith("a" * 100 + "END\n"), big.stdout[-80:]
         assert big.stdout.startswith("a" * 500) and " bytes truncated ...]" in big.stdout
         assert "\x1e" not in r.stdout + r.stderr + big.stdout + big.stderr
+
+
+def test_a_command_that_kills_its_own_wrapper_comes_back_as_data(
+    docker_executor: DockerExecutor,
+) -> None:
+    """The wrapper runs as the agent's user, so `kill -1` reaches it before it can write its
+    trailer: that is the command's doing, not lost output, and must not raise."""
+    with docker_executor.open(SessionSpec(label="kill-wrapper")) as s:
+        r = s.exec("echo before; kill -TERM -1; sleep 1; echo after", timeout=10)
+        assert r.exit_code == 143 and not r.timed_out, r
+        assert s.exec("echo alive").stdout == "alive\n"
