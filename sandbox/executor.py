@@ -25,9 +25,8 @@ class SandboxError(RuntimeError):
 
 
 class ExecOutputLost(SandboxError):
-    """The command ran but the engine lost its output stream, so its result is unknown. Never
-    retried by the backend (the command may have had effects); a rollout that meets it is rerun
-    from scratch by the driver, as for any broken sandbox."""
+    """A read (`get_file`) whose bytes the engine lost on every try. Commands are never retried
+    (they may have had effects): their result says `output_lost` instead."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +77,8 @@ class ExecResult:
     timed_out: bool = False
     oom_killed: bool = False
     duration_s: float = 0.0
+    # the engine lost the output (podman #21741): the command ran, stdout/stderr are incomplete
+    output_lost: bool = False
 
     @property
     def ok(self) -> bool:
@@ -93,6 +94,8 @@ class ExecResult:
             text += "\n[timed out]"
         if self.oom_killed:
             text += "\n[killed: out of memory]"
+        if self.output_lost:
+            text += "\n[output lost by the container engine]"
         if len(text) > limit:
             half = limit // 2
             text = text[:half] + "\n[... output clipped ...]\n" + text[-half:]

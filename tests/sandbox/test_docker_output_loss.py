@@ -1,5 +1,5 @@
 """Exec output the engine loses (podman #21741: `exec cat file` -> '' with exit 0) is detected,
-never returned as the command's: the docker backend through podman's real socket, with the loss
+never passed off as the command's whole output: the docker backend through podman's real socket, with the loss
 injected on the engine's side of the API only (the stream the client reads)."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def _lossy_exec_start(
     monkeypatch.setattr(api, "exec_start", start)
 
 
-def test_a_broken_output_stream_raises_and_never_reruns_the_command(
+def test_a_broken_output_stream_is_flagged_and_the_command_never_rerun(
     docker_executor: DockerExecutor, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def drop_after_first(stream: Iterator[Any]) -> Iterator[Any]:
@@ -43,14 +43,16 @@ def test_a_broken_output_stream_raises_and_never_reruns_the_command(
         _lossy_exec_start(
             s, monkeypatch, lambda o, streamed: drop_after_first(o) if streamed else o
         )
-        with pytest.raises(ExecOutputLost, match=r"ConnectionResetError.*not rerun"):
-            s.exec("echo run >> runs.txt; echo first; sleep 0.5; echo second")
+        r = s.exec("echo run >> runs.txt; echo first; sleep 0.5; echo second")
+        assert r.output_lost and "second" not in r.stdout, r
+        assert r.combined().endswith("[output lost by the container engine]")
         monkeypatch.undo()
         assert s.exec("cat runs.txt").stdout == "run\n"  # ran exactly once
-        assert s.exec("echo alive").stdout == "alive\n"  # the session stays usable
+        ok = s.exec("echo alive")  # the session stays usable, and a whole output is not flagged
+        assert (ok.stdout, ok.output_lost) == ("alive\n", False)
 
 
-def test_an_exec_whose_output_never_arrived_raises_instead_of_returning_empty_output(
+def test_an_exec_whose_output_never_arrived_is_flagged_not_read_as_empty(
     docker_executor: DockerExecutor, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """#21741's shape: the stream ends cleanly with nothing in it and the exit code is 0."""
@@ -62,8 +64,8 @@ def test_an_exec_whose_output_never_arrived_raises_instead_of_returning_empty_ou
 
     with docker_executor.open(SessionSpec(label="lost-output")) as s:
         _lossy_exec_start(s, monkeypatch, lambda o, streamed: nothing(o) if streamed else o)
-        with pytest.raises(ExecOutputLost, match=r"exit code 0 but no end-of-output trailer"):
-            s.exec("echo run >> runs.txt; echo the answer is 42")
+        r = s.exec("echo run >> runs.txt; echo the answer is 42")
+        assert (r.exit_code, r.stdout, r.output_lost) == (0, "", True), r
         monkeypatch.undo()
         assert s.exec("cat runs.txt").stdout == "run\n"  # not rerun behind the caller's back
 
@@ -109,5 +111,5 @@ def test_a_command_that_kills_its_own_wrapper_comes_back_as_data(
     trailer: that is the command's doing, not lost output, and must not raise."""
     with docker_executor.open(SessionSpec(label="kill-wrapper")) as s:
         r = s.exec("echo before; kill -TERM -1; sleep 1; echo after", timeout=10)
-        assert r.exit_code == 143 and not r.timed_out, r
+        assert r.exit_code == 143 and not r.timed_out and not r.output_lost, r
         assert s.exec("echo alive").stdout == "alive\n"
