@@ -1,6 +1,7 @@
 """Exec output the engine loses (podman #21741: `exec cat file` -> '' with exit 0) is detected,
-never passed off as the command's whole output: the docker backend through podman's real socket, with the loss
-injected on the engine's side of the API only (the stream the client reads)."""
+never passed off as the command's whole output: the docker backend through podman's real
+socket, with the loss injected on the engine's side of the API only (the stream the client
+reads)."""
 
 from __future__ import annotations
 
@@ -108,7 +109,7 @@ def test_a_command_that_kills_its_own_wrapper_comes_back_as_data(
     docker_executor: DockerExecutor,
 ) -> None:
     """The wrapper runs as the agent's user, so `kill -1` reaches it before it can write its
-    trailer: that is the command's doing, not lost output, and must not raise."""
+    trailer: that is the command's doing, not lost output, and must not be flagged as lost."""
     with docker_executor.open(SessionSpec(label="kill-wrapper")) as s:
         r = s.exec("echo before; kill -TERM -1; sleep 1; echo after", timeout=10)
         assert r.exit_code == 143 and not r.timed_out and not r.output_lost, r
