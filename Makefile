@@ -15,7 +15,7 @@ run: setup
 lint: setup
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
-	.venv/bin/mypy tsrl learner service sandbox teacher rollout bus bench driver
+	.venv/bin/mypy -p thundersync
 
 format: setup
 	.venv/bin/ruff check --fix .

@@ -10,10 +10,10 @@ import logging.config
 
 from sqlalchemy import Connection
 
-import service.models  # noqa: F401  (registers the tables on the metadata)
+import thundersync.service.models  # noqa: F401  (registers the tables on the metadata)
 from alembic import context
-from service.db import Base, make_engine, migration_connection
-from service.settings import Settings
+from thundersync.service.db import Base, make_engine, migration_connection
+from thundersync.service.settings import Settings
 
 config = context.config
 target_metadata = Base.metadata

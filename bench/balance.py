@@ -85,10 +85,10 @@ def sync_probe(
     updates the bench measures (1 on). The same updates, not just one: the prompts and what the
     policy generates change from update to update, and L/R with them (one update's L/R was 6%
     off the bench's own median at the same width)."""
-    from bench.load import BackgroundLoad
-    from bench.speedup import workload_config
-    from driver.run import RunDriver
-    from tsrl.rundir import RunFiles
+    from thundersync.bench.load import BackgroundLoad
+    from thundersync.bench.speedup import workload_config
+    from thundersync.driver.run import RunDriver
+    from thundersync.rundir import RunFiles
 
     def run(width: int) -> dict[str, float]:
         over = overrides | {"model.tiny_hidden": width}

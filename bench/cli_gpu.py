@@ -6,7 +6,7 @@ import json
 
 import typer
 
-from tsrl.cli_groups import bench_app
+from thundersync.cli_groups import bench_app
 
 
 @bench_app.command("gpu")
@@ -17,7 +17,7 @@ def gpu(
     as_json: bool = typer.Option(False, "--json", help="last line: one JSON object"),
 ) -> None:
     """The learner's CUDA path: equivalence fp32/bf16, determinism on/off, 0.5B memory."""
-    from bench.gpu_checks import run_gpu_checks
+    from thundersync.bench.gpu_checks import run_gpu_checks
 
     res = run_gpu_checks(device, updates=updates, small=small)
     print(json.dumps(res) if as_json else json.dumps(res, indent=2))

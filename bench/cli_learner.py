@@ -6,8 +6,8 @@ import json
 
 import typer
 
-from tsrl.cli_groups import bench_app
-from tsrl.config import Arch
+from thundersync.cli_groups import bench_app
+from thundersync.config import Arch
 
 
 @bench_app.command("equivalence")
@@ -26,8 +26,8 @@ def equivalence(
     from rich.console import Console
     from rich.table import Table
 
-    from bench.equivalence import run_equivalence
-    from tsrl.config import Objective
+    from thundersync.bench.equivalence import run_equivalence
+    from thundersync.config import Objective
 
     try:
         obj = Objective(objective)
@@ -74,7 +74,7 @@ def learner_cost(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Stream vs sync vs textbook learners on the same GRPO batch: time, bookkeeping, peak RSS."""
-    from bench.learner_cost import run_learner_cost
+    from thundersync.bench.learner_cost import run_learner_cost
 
     if model not in ("tiny", "smollm2"):
         raise typer.BadParameter("use --model tiny or --model smollm2")
@@ -97,7 +97,7 @@ def memory(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Peak learner memory: stream vs sync vs textbook, GRPO vs length and OPD vs turns."""
-    from bench.memory import run_memory
+    from thundersync.bench.memory import run_memory
 
     try:
         ls = tuple(int(x) for x in lengths.split(","))

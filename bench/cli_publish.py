@@ -6,7 +6,7 @@ import json
 
 import typer
 
-from tsrl.cli_groups import bench_app
+from thundersync.cli_groups import bench_app
 
 
 @bench_app.command("publish")
@@ -20,7 +20,7 @@ def publish(
     as_json: bool = typer.Option(False, "--json", help="last line: one JSON object"),
 ) -> None:
     """Seconds and GB/s per weight update, disk vs shared memory, on real vLLM replicas."""
-    from bench.publish import run_publish_bench
+    from thundersync.bench.publish import run_publish_bench
 
     bad = [m for m in model if m not in ("tiny", "smollm2")]
     if bad:

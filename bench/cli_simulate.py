@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from tsrl.cli_groups import app, bench_app
+from thundersync.cli_groups import app, bench_app
 
 
 @bench_app.command("simulate")
@@ -19,7 +19,7 @@ def bench_simulate(
     as_json: bool = typer.Option(False, "--json", help="last line: JSON summary"),
 ) -> None:
     """Simulate sync / group / stream on GRPO and OPD workloads; check the closed forms and bound."""
-    from bench import sweeps
+    from thundersync.bench import sweeps
 
     res = sweeps.run(seed=seed, samples=samples)
     typer.echo(f"{'trend':<28} {'x':>6} {'simulated':>10} {'closed form':>12}")
@@ -41,8 +41,8 @@ def _plots(res: object, out: Path) -> list[Path]:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from bench import release_models as rm
-    from bench.sweeps import SweepResults
+    from thundersync.bench import release_models as rm
+    from thundersync.bench.sweeps import SweepResults
 
     assert isinstance(res, SweepResults)
     out.mkdir(parents=True, exist_ok=True)
@@ -92,7 +92,14 @@ def predict_cmd(
     as_json: bool = typer.Option(False, "--json", help="last line: JSON summary"),
 ) -> None:
     """Predict the stream step time and speedup from a sync run's recorded spans."""
-    from bench.predict import Contention, TraceError, check, load_trace, predict, summary
+    from thundersync.bench.predict import (
+        Contention,
+        TraceError,
+        check,
+        load_trace,
+        predict,
+        summary,
+    )
 
     try:
         updates = load_trace(trace)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from tsrl.cli_groups import bench_app
+from thundersync.cli_groups import bench_app
 
 
 @bench_app.command("speedup")
@@ -30,8 +30,8 @@ def speedup(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Same workload under sync and stream: step time, speedup vs the (R+L+P)/(max(R,L)+P) bound."""
-    from bench.speedup import run_speedup
-    from tsrl.config import ConfigError, parse_set_overrides
+    from thundersync.bench.speedup import run_speedup
+    from thundersync.config import ConfigError, parse_set_overrides
 
     try:
         res = run_speedup(

@@ -6,7 +6,7 @@ import json
 
 import typer
 
-from tsrl.cli_groups import bench_app
+from thundersync.cli_groups import bench_app
 
 
 @bench_app.command("teacher")
@@ -21,7 +21,7 @@ def teacher_cost(
     """Teacher tokens and seconds per turn vs turns on the tiny teacher; last line: the ratios
     (most turns over fewest) and the incremental scores' max gap to full-context scores;
     `goal_met`: incremental CPU seconds per turn flat (ratio <= 1.5) and the gap <= 1e-5."""
-    from bench.teacher_cost import run_teacher_cost
+    from thundersync.bench.teacher_cost import run_teacher_cost
 
     try:
         ts = tuple(int(x) for x in turns.split(","))

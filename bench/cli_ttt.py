@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from tsrl.cli_groups import bench_app
+from thundersync.cli_groups import bench_app
 
 
 @bench_app.command("time-to-target")
@@ -29,8 +29,8 @@ def time_to_target(
 ) -> None:
     """Train the digits GRPO workload under each schedule from the same theta_0 and seeds: time to
     `target`, reward at `budget`, staleness, per-update curves (sync == stream), a PNG plot."""
-    from bench.time_to_target import SCHEDULES, run_time_to_target
-    from tsrl.config import ConfigError, parse_set_overrides
+    from thundersync.bench.time_to_target import SCHEDULES, run_time_to_target
+    from thundersync.config import ConfigError, parse_set_overrides
 
     picked = tuple(s.strip() for s in schedules.split(",") if s.strip())
     bad = [s for s in picked if s not in SCHEDULES]

@@ -19,9 +19,9 @@ from typing import Any
 
 import torch
 
-from learner.replay import LoggedBatch, make_grpo_batch, make_opd_batch, replay_update
-from rollout.vllm_server import free_port
-from tsrl.config import Arch, Objective, RunConfig, Schedule, load_run_config
+from thundersync.config import Arch, Objective, RunConfig, Schedule, load_run_config
+from thundersync.learner.replay import LoggedBatch, make_grpo_batch, make_opd_batch, replay_update
+from thundersync.rollout.vllm_server import free_port
 
 
 def bench_config(
@@ -38,7 +38,7 @@ def bench_config(
 
 
 def make_models(root: Path, arch: Arch = Arch.LLAMA) -> tuple[Path, Path]:
-    from tsrl.models import build_tiny_model, load_tokenizer
+    from thundersync.models import build_tiny_model, load_tokenizer
 
     student = build_tiny_model(root / "student", seed=0, arch=arch)
     tok = load_tokenizer(student)
@@ -49,7 +49,7 @@ def make_models(root: Path, arch: Arch = Arch.LLAMA) -> tuple[Path, Path]:
 def make_batches(
     objective: Objective, updates: int, teacher_dir: Path, reward_offset: float, seed: int
 ) -> list[LoggedBatch]:
-    from tsrl.models import load_model
+    from thundersync.models import load_model
 
     rng = random.Random(seed)
     if objective is Objective.GRPO:
@@ -68,9 +68,9 @@ def make_batches(
 def _train(
     model_dir: Path, cfg: RunConfig, batches: list[LoggedBatch], schedule: Schedule, ctx: Any = None
 ) -> dict[str, Any]:
-    from learner.device import DTYPES
-    from learner.trainer import Learner
-    from tsrl.models import load_model
+    from thundersync.learner.device import DTYPES
+    from thundersync.learner.trainer import Learner
+    from thundersync.models import load_model
 
     learner = Learner(load_model(model_dir, dtype=DTYPES[cfg.model.dtype]), cfg, ctx=ctx)
     params = [learner.flat_params()]  # the master weights the optimizer steps, float64 on host
@@ -84,8 +84,8 @@ def _train(
 
 
 def _train_reference(model_dir: Path, cfg: RunConfig, batches: list[LoggedBatch]) -> dict[str, Any]:
-    from learner.reference import reference_loss
-    from tsrl.models import load_model
+    from thundersync.learner.reference import reference_loss
+    from thundersync.models import load_model
 
     model = load_model(model_dir)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -132,11 +132,11 @@ def _all_runs(model_dir: Path, cfg: RunConfig, batches: list[LoggedBatch], ctx: 
 
 
 def _worker(rank: int, world: int, port: int, payload: Path, out: Path) -> None:
-    from learner.parallel import init_process_group
+    from thundersync.learner.parallel import init_process_group
 
     torch.set_num_threads(1)
     model_dir, cfg, batches = pickle.loads(payload.read_bytes())
-    from learner.device import resolve_device
+    from thundersync.learner.device import resolve_device
 
     ctx = init_process_group(rank, world, port, resolve_device(cfg.learner.device))
     try:

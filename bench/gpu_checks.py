@@ -19,9 +19,9 @@ from typing import Any
 
 import torch
 
-from learner.replay import LoggedBatch, replay_update
-from learner.sources import GrpoContent, GrpoGroupSpec, GrpoReward
-from tsrl.config import Objective, RunConfig, Schedule, load_run_config
+from thundersync.config import Objective, RunConfig, Schedule, load_run_config
+from thundersync.learner.replay import LoggedBatch, replay_update
+from thundersync.learner.sources import GrpoContent, GrpoGroupSpec, GrpoReward
 
 HALF_B = {"hidden": 1024, "layers": 28, "intermediate": 4096, "heads": 16, "kv_heads": 4}
 SMALL = {"hidden": 64, "layers": 2, "intermediate": 192, "heads": 4, "kv_heads": 2}
@@ -86,7 +86,7 @@ def _peak_gb(device: torch.device) -> float:
 
 
 def memory_check(device: str, small: bool = False) -> dict[str, Any]:
-    from learner.trainer import Learner
+    from thundersync.learner.trainer import Learner
 
     shape, vocab = (SMALL, 512) if small else (HALF_B, 32000)
     batch = _long_batch(random.Random(0), vocab, *((16, 32) if small else (256, 512)))
@@ -108,7 +108,7 @@ def memory_check(device: str, small: bool = False) -> dict[str, Any]:
 
 
 def determinism_check(device: str, deterministic: bool) -> dict[str, Any]:
-    from learner.trainer import Learner
+    from thundersync.learner.trainer import Learner
 
     batch = _long_batch(random.Random(1), 512, 16, 32)
     grads = []
@@ -129,7 +129,7 @@ def determinism_check(device: str, deterministic: bool) -> dict[str, Any]:
 def run_gpu_checks(
     device: str = "cuda", *, updates: int = 4, small: bool = False
 ) -> dict[str, Any]:
-    from bench.equivalence import run_equivalence
+    from thundersync.bench.equivalence import run_equivalence
 
     res: dict[str, Any] = {"device": device}
     for obj in (Objective.GRPO, Objective.OPD):

@@ -33,9 +33,9 @@ MODES = ("sync", "stream", "textbook_seq", "textbook_padded")
 
 def make_batch(seed: int, vocab: int, groups: int, size: int, prompt: int, response: int) -> Any:
     """GRPO groups with prompts of ~`prompt` and responses of ~`response` tokens."""
-    from learner.replay import LoggedBatch
-    from learner.sources import GrpoContent, GrpoGroupSpec, GrpoReward
-    from tsrl.config import Objective
+    from thundersync.config import Objective
+    from thundersync.learner.replay import LoggedBatch
+    from thundersync.learner.sources import GrpoContent, GrpoGroupSpec, GrpoReward
 
     rng = random.Random(seed)
     b = LoggedBatch(Objective.GRPO)
@@ -57,9 +57,9 @@ def make_batch(seed: int, vocab: int, groups: int, size: int, prompt: int, respo
 
 def _textbook(model: Any, batch: Any, padded: bool) -> tuple[float, int]:
     """A plain learner: full [prompt; continuation] forwards, one backward each, AdamW step."""
-    from learner.objectives import advantages
-    from learner.sources import GrpoContent, GrpoReward
-    from tsrl.config import Estimator
+    from thundersync.config import Estimator
+    from thundersync.learner.objectives import advantages
+    from thundersync.learner.sources import GrpoContent, GrpoReward
 
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
     items = [it for _, it in batch.events]
@@ -103,9 +103,9 @@ def _textbook(model: Any, batch: Any, padded: bool) -> tuple[float, int]:
 
 
 def _one(mode: str, model_dir: str, seed: int, shape: dict[str, int]) -> dict[str, Any]:
-    from learner.trainer import Learner
-    from tsrl.config import Schedule, load_run_config
-    from tsrl.models import load_model
+    from thundersync.config import Schedule, load_run_config
+    from thundersync.learner.trainer import Learner
+    from thundersync.models import load_model
 
     torch.set_num_threads(shape["threads"])
     model = load_model(model_dir)
@@ -151,7 +151,7 @@ def _one(mode: str, model_dir: str, seed: int, shape: dict[str, int]) -> dict[st
 def run_learner_cost(
     seed: int = 0, repeats: int = 3, model: str = "tiny", shape: dict[str, int] | None = None
 ) -> dict[str, Any]:
-    from tsrl.models import build_tiny_model
+    from thundersync.models import build_tiny_model
 
     shape = shape or (
         {"groups": 2, "size": 4, "prompt": 128, "response": 128, "threads": 2}
@@ -160,7 +160,7 @@ def run_learner_cost(
     )
     with tempfile.TemporaryDirectory() as tmp:
         if model == "smollm2":
-            from tsrl.smollm2 import smollm2_dir
+            from thundersync.smollm2 import smollm2_dir
 
             model_dir = str(smollm2_dir())
         else:

@@ -32,9 +32,9 @@ OPD_TURNS = (2, 8, 32, 64)
 
 
 def _opd_batch(seed: int, vocab: int, turns: int, ctx: int = 12, act: int = 20) -> Any:
-    from learner.replay import LoggedBatch
-    from learner.sources import OpdClose, OpdTurn
-    from tsrl.config import Objective
+    from thundersync.config import Objective
+    from thundersync.learner.replay import LoggedBatch
+    from thundersync.learner.sources import OpdClose, OpdTurn
 
     rng = random.Random(seed)
     b = LoggedBatch(Objective.OPD)
@@ -55,13 +55,13 @@ def _peak_mb(device: torch.device) -> float:
 
 
 def _textbook_grpo(model: Any, batch: Any) -> None:
-    from bench.learner_cost import _textbook
+    from thundersync.bench.learner_cost import _textbook
 
     _textbook(model, batch, padded=False)
 
 
 def _textbook_opd(model: Any, batch: Any) -> None:
-    from learner.sources import OpdTurn
+    from thundersync.learner.sources import OpdTurn
 
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
     turns = sorted((it for _, it in batch.events if isinstance(it, OpdTurn)), key=lambda t: t.turn)
@@ -78,11 +78,11 @@ def _textbook_opd(model: Any, batch: Any) -> None:
 def _one(
     learner_kind: str, objective: str, x: int, model_dir: str, opd_mode: str
 ) -> dict[str, Any]:
-    from bench.learner_cost import make_batch
-    from learner.replay import replay_sources
-    from learner.trainer import Learner
-    from tsrl.config import Schedule, load_run_config
-    from tsrl.models import load_model
+    from thundersync.bench.learner_cost import make_batch
+    from thundersync.config import Schedule, load_run_config
+    from thundersync.learner.replay import replay_sources
+    from thundersync.learner.trainer import Learner
+    from thundersync.models import load_model
 
     torch.set_num_threads(1)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -143,7 +143,7 @@ def run_memory(
     opd_mode: str = "recompute",
     repeats: int = 3,
 ) -> dict[str, Any]:
-    from tsrl.models import build_tiny_model
+    from thundersync.models import build_tiny_model
 
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:

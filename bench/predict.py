@@ -20,8 +20,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.simulator import SimSchedule, Update, WorkItem, simulate, speedup_bound
-from tsrl.rundir import RunFiles
+from thundersync.bench.simulator import SimSchedule, Update, WorkItem, simulate, speedup_bound
+from thundersync.rundir import RunFiles
 
 
 class TraceError(ValueError):

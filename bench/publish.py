@@ -24,13 +24,13 @@ from typing import Any
 
 import torch
 
-from rollout.checkpoint import save_checkpoint
-from rollout.replicas import ReplicaSet
-from rollout.types import SamplingParams
-from rollout.vllm_engine import VLLMEngine
-from rollout.vllm_server import VLLMServer, VLLMServerConfig
-from rollout.weight_broadcast import WeightBroadcaster
-from rollout.weight_wire import ShmWeights, segment_path, write_shm
+from thundersync.rollout.checkpoint import save_checkpoint
+from thundersync.rollout.replicas import ReplicaSet
+from thundersync.rollout.types import SamplingParams
+from thundersync.rollout.vllm_engine import VLLMEngine
+from thundersync.rollout.vllm_server import VLLMServer, VLLMServerConfig
+from thundersync.rollout.weight_broadcast import WeightBroadcaster
+from thundersync.rollout.weight_wire import ShmWeights, segment_path, write_shm
 
 PROMPT = [1, 10, 11, 12, 13, 14, 15]
 # untimed rounds first: a run's publisher writes each of its 2 shared-memory slots once as a new
@@ -41,10 +41,10 @@ WARMUP = 2
 
 def model_dir_for(name: str, root: Path) -> Path:
     if name == "smollm2":
-        from tsrl.smollm2 import smollm2_dir
+        from thundersync.smollm2 import smollm2_dir
 
         return smollm2_dir()
-    from tsrl.models import build_tiny_model
+    from thundersync.models import build_tiny_model
 
     return build_tiny_model(root / "tiny", seed=0, hidden=256, layers=4)
 
@@ -81,7 +81,7 @@ def _generate_tok_s(engine: VLLMEngine, version: int, n: int = 3) -> float:
 def bench_model(
     name: str, *, rounds: int, replicas: tuple[int, ...], cpu_weights: str = "map"
 ) -> list[dict[str, Any]]:
-    from tsrl.models import load_model
+    from thundersync.models import load_model
 
     root = Path(tempfile.mkdtemp(prefix="tsrl-bench-publish-"))
     mdir = model_dir_for(name, root)

@@ -16,9 +16,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.speedup_stats import median, schedule_summary, spread
-from tsrl.config import RunConfig, load_run_config
-from tsrl.rundir import RunFiles
+from thundersync.bench.speedup_stats import median, schedule_summary, spread
+from thundersync.config import RunConfig, load_run_config
+from thundersync.rundir import RunFiles
 
 WORKLOADS: dict[str, dict[str, Any]] = {
     # balanced: rollout time (generation + a sandbox tool call per trajectory) close to learner
@@ -89,7 +89,7 @@ def prediction_errors(runs: dict[str, list[RunFiles]], machine_slowdown: float) 
     updates and so includes their machine noise, which `noise_per_update` measures on its own:
     the same update of consecutive rounds' sync runs (same tokens, same work) differs by that
     much."""
-    from bench.predict import Contention, check, load_trace, predict, summary
+    from thundersync.bench.predict import Contention, check, load_trace, predict, summary
 
     plain: list[float] = []
     per_update: list[float] = []
@@ -135,11 +135,11 @@ def run_speedup(
     overrides: dict[str, Any] | None = None,
     balance: bool = True,
 ) -> dict[str, Any]:
-    from bench.balance import balance_width, sync_probe
-    from bench.load import BackgroundLoad
-    from bench.machine_contention import measure
-    from driver.replay import replay_gap
-    from driver.run import RunDriver
+    from thundersync.bench.balance import balance_width, sync_probe
+    from thundersync.bench.load import BackgroundLoad
+    from thundersync.bench.machine_contention import measure
+    from thundersync.driver.replay import replay_gap
+    from thundersync.driver.run import RunDriver
 
     root = Path(out) if out else Path(tempfile.mkdtemp(prefix="tsrl-speedup-"))
     overrides = dict(overrides or {})

@@ -14,7 +14,7 @@ import statistics
 from collections import defaultdict
 from typing import Any
 
-from tsrl.rundir import RunFiles
+from thundersync.rundir import RunFiles
 
 
 def median(xs: list[float]) -> float:

@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from bench import release_models as rm
-from bench.simulator import SimSchedule, Update, simulate, speedup_bound
-from bench.workloads import grpo_update, opd_update
+from thundersync.bench import release_models as rm
+from thundersync.bench.simulator import SimSchedule, Update, simulate, speedup_bound
+from thundersync.bench.workloads import grpo_update, opd_update
 
 HETEROGENEITY = (0.1, 0.25, 0.5, 0.75, 1.0)
 WAVES = (1, 2, 4, 8, 16, 32)

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from teacher.scorer import ScoreRequest
+from thundersync.teacher.scorer import ScoreRequest
 
 PROMPT_TOKENS = 16
 EXACT_TOL = 1e-5  # float32 tiny model: incremental vs full log-probs
@@ -44,7 +44,7 @@ _Run = tuple[float, float, int, list[list[float]]]  # wall s, CPU s, tokens fed,
 
 
 def _full(model: Any, reqs: Sequence[ScoreRequest]) -> _Run:
-    from teacher.scorer import HFScorer
+    from thundersync.teacher.scorer import HFScorer
 
     sc = HFScorer(model)
     t0, c0 = time.perf_counter(), time.thread_time()
@@ -54,7 +54,7 @@ def _full(model: Any, reqs: Sequence[ScoreRequest]) -> _Run:
 
 
 def _incremental(model: Any, reqs: Sequence[ScoreRequest]) -> _Run:
-    from teacher.incremental import IncrementalHFScorer
+    from thundersync.teacher.incremental import IncrementalHFScorer
 
     sc = IncrementalHFScorer(model, max_open=1)
     key = ("bench", len(reqs))
@@ -82,7 +82,7 @@ def run_teacher_cost(
     import torch
     from transformers.utils import logging as hf_logging
 
-    from tsrl.models import build_tiny_model, load_model
+    from thundersync.models import build_tiny_model, load_model
 
     ts = sorted(set(turns))
     if len(ts) < 2 or ts[0] < 1:

@@ -24,10 +24,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.speedup import workload_config
-from tsrl.config import Schedule
-from tsrl.reward_curve import Point, curve, reward_at, time_to_target, update_to_target
-from tsrl.rundir import RunFiles
+from thundersync.bench.speedup import workload_config
+from thundersync.config import Schedule
+from thundersync.reward_curve import Point, curve, reward_at, time_to_target, update_to_target
+from thundersync.rundir import RunFiles
 
 __all__ = ["Point", "curve", "reward_at", "time_to_target", "update_to_target"]
 
@@ -67,7 +67,7 @@ def _ratio(num: float | None, den: float | None) -> float | None:
 def run_schedule(
     schedule: str, updates: int, root: Path, overrides: dict[str, Any]
 ) -> list[dict[str, Any]]:
-    from driver.run import RunDriver
+    from thundersync.driver.run import RunDriver
 
     over = DEFAULTS | {"name": f"time-to-target-{schedule}"} | overrides
     cfg = workload_config("grpo", Schedule(schedule).value, updates, **over)

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.simulator import SimSchedule, Update, WorkItem
-from tsrl.rundir import RunFiles
+from thundersync.bench.simulator import SimSchedule, Update, WorkItem
+from thundersync.rundir import RunFiles
 
 
 def _noisy(u: Update, rng: np.random.Generator | None, noise: float) -> Update:

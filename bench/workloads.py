@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bench.simulator import Update, WorkItem
+from thundersync.bench.simulator import Update, WorkItem
 
 
 @dataclass(frozen=True)

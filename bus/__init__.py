@@ -3,7 +3,7 @@ in-process backend (`bus.inproc`, the embedded default) and Redis Streams (`bus.
 a multiprocessing backend for the embedded run (`bus.mp`), plus apply-exactly-once on top of
 at-least-once delivery (`bus.ledger`); `bus.factory` builds any of them."""
 
-from bus.events import (
+from thundersync.bus.events import (
     BarrierStats,
     BatchClosed,
     Event,
@@ -19,8 +19,8 @@ from bus.events import (
     decode_event,
     encode_event,
 )
-from bus.factory import BusKind, make_bus
-from bus.protocol import Bus, BusError, Delivery, Subscription, Topic
+from thundersync.bus.factory import BusKind, make_bus
+from thundersync.bus.protocol import Bus, BusError, Delivery, Subscription, Topic
 
 __all__ = [
     "BarrierStats",

@@ -7,7 +7,7 @@ import uuid
 
 import typer
 
-from tsrl.cli_groups import bench_app
+from thundersync.cli_groups import bench_app
 
 INPROC_GOAL_MS = 5.0
 REDIS_GOAL_MS = 20.0
@@ -21,14 +21,14 @@ def bench_bus(
     as_json: bool = typer.Option(False, "--json", help="last line: JSON summary"),
 ) -> None:
     """Latency p50/p99 of publish -> consumer receive (goals: inproc p99 <= 5 ms, Redis <= 20 ms)."""
-    from bus.inproc import InProcessBus
-    from bus.latency import measure_latency
+    from thundersync.bus.inproc import InProcessBus
+    from thundersync.bus.latency import measure_latency
 
     result: dict[str, object] = {}
     inproc = measure_latency(InProcessBus(), n=n, interval_s=interval_ms / 1000)
     result.update(inproc_p50_ms=inproc.p50_ms, inproc_p99_ms=inproc.p99_ms)
     if redis_url:
-        from bus.redis_streams import RedisStreamsBus
+        from thundersync.bus.redis_streams import RedisStreamsBus
 
         rbus = RedisStreamsBus(url=redis_url, prefix=f"tsrl-bench-{uuid.uuid4().hex[:8]}")
         try:

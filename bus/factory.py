@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from enum import StrEnum
 
-from bus.protocol import Bus, BusError
+from thundersync.bus.protocol import Bus, BusError
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 RUN_STREAM_TTL_S = 24 * 3600  # a dead run's streams are gone a day after its last event
@@ -40,14 +40,14 @@ def make_bus(
     how long a broker keeps the streams after their last publish."""
     kind = BusKind(kind)
     if kind is BusKind.INPROC:
-        from bus.inproc import InProcessBus
+        from thundersync.bus.inproc import InProcessBus
 
         return InProcessBus(claim_idle_s=claim_idle_s)
     if kind is BusKind.PROCESS:
-        from bus.mp import ProcessBus, learner_routes
+        from thundersync.bus.mp import ProcessBus, learner_routes
 
         return ProcessBus(learner_routes(learner_ranks))
-    from bus.redis_streams import RedisStreamsBus
+    from thundersync.bus.redis_streams import RedisStreamsBus
 
     return RedisStreamsBus(url=url, prefix=prefix, claim_idle_s=claim_idle_s, expire_s=expire_s)
 

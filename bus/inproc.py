@@ -16,8 +16,8 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from bus.events import Event
-from bus.protocol import Delivery, default_topic
+from thundersync.bus.events import Event
+from thundersync.bus.protocol import Delivery, default_topic
 
 
 @dataclass

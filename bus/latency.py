@@ -13,8 +13,8 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from bus.events import SourceKind, SourceReady
-from bus.protocol import Bus
+from thundersync.bus.events import SourceKind, SourceReady
+from thundersync.bus.protocol import Bus
 
 
 @dataclass(frozen=True)

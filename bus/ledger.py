@@ -21,8 +21,8 @@ from typing import Protocol
 
 import redis
 
-from bus.events import Event
-from bus.protocol import Delivery, Subscription
+from thundersync.bus.events import Event
+from thundersync.bus.protocol import Delivery, Subscription
 
 
 class AppliedLedger(Protocol):

@@ -16,8 +16,8 @@ import multiprocessing as mp
 import queue
 from typing import Any
 
-from bus.events import Event, decode_event, encode_event
-from bus.protocol import BusError, Delivery, default_topic
+from thundersync.bus.events import Event, decode_event, encode_event
+from thundersync.bus.protocol import BusError, Delivery, default_topic
 
 
 def learner_routes(ranks: int) -> dict[str, tuple[str, ...]]:

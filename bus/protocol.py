@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
-from bus.events import (
+from thundersync.bus.events import (
     BarrierStats,
     BatchClosed,
     Event,

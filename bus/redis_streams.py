@@ -18,8 +18,8 @@ from typing import Any
 import redis
 from pydantic import ValidationError
 
-from bus.events import Event, decode_event, encode_event
-from bus.protocol import BusError, Delivery, default_topic
+from thundersync.bus.events import Event, decode_event, encode_event
+from thundersync.bus.protocol import BusError, Delivery, default_topic
 
 log = logging.getLogger(__name__)
 _FIELD = b"e"

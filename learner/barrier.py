@@ -13,9 +13,9 @@ from typing import Protocol
 
 import torch
 
-from learner.engine import GradientEngine
-from learner.parallel import ParallelContext, StepOptimizer
-from tsrl.config import GroupReduction, Objective
+from thundersync.config import GroupReduction, Objective
+from thundersync.learner.engine import GradientEngine
+from thundersync.learner.parallel import ParallelContext, StepOptimizer
 
 
 class BarrierError(RuntimeError):

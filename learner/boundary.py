@@ -25,7 +25,7 @@ import torch
 from torch import nn
 from transformers import DynamicCache
 
-from learner.routed_ops import routable_embedding, routed_embedding
+from thundersync.learner.routed_ops import routable_embedding, routed_embedding
 
 KV = tuple[torch.Tensor, torch.Tensor]
 

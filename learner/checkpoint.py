@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from learner.trainer import Learner
+from thundersync.learner.trainer import Learner
 
 
 def checkpoint_path(root: str | Path, rank: int = 0) -> Path:

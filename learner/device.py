@@ -11,7 +11,7 @@ import os
 
 import torch
 
-from tsrl.config import AccumDevice, Device
+from thundersync.config import AccumDevice, Device
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
 

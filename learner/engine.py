@@ -22,13 +22,14 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
-from learner import engine_grpo, engine_opd
-from learner.accumulators import BufferPool, FlatSpec
-from learner.engine_grpo import Group, SourceError, take_grads
-from learner.engine_opd import Traj
-from learner.logprobs import LogprobMismatch
-from learner.routing import GradRouter, GradSink, Target
-from learner.sources import (
+from thundersync.config import Estimator, Schedule
+from thundersync.learner import engine_grpo, engine_opd
+from thundersync.learner.accumulators import BufferPool, FlatSpec
+from thundersync.learner.engine_grpo import Group, SourceError, take_grads
+from thundersync.learner.engine_opd import Traj
+from thundersync.learner.logprobs import LogprobMismatch
+from thundersync.learner.routing import GradRouter, GradSink, Target
+from thundersync.learner.sources import (
     GrpoContent,
     GrpoGroupSpec,
     GrpoReward,
@@ -38,8 +39,7 @@ from learner.sources import (
     Releaser,
     WorkItem,
 )
-from learner.update_sum import UpdateAccumulator
-from tsrl.config import Estimator, Schedule
+from thundersync.learner.update_sum import UpdateAccumulator
 
 __all__ = ["GradientEngine", "SourceError"]
 

@@ -15,15 +15,15 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from learner.accumulators import ParamSum, add_into
-from learner.boundary import KV, detach_leaves, run_segment
-from learner.logprobs import scored_logprobs
-from learner.objectives import group_coefficients
-from learner.routing import Target
-from learner.sources import GrpoContent, GrpoGroupSpec, GrpoReward
+from thundersync.learner.accumulators import ParamSum, add_into
+from thundersync.learner.boundary import KV, detach_leaves, run_segment
+from thundersync.learner.logprobs import scored_logprobs
+from thundersync.learner.objectives import group_coefficients
+from thundersync.learner.routing import Target
+from thundersync.learner.sources import GrpoContent, GrpoGroupSpec, GrpoReward
 
 if TYPE_CHECKING:
-    from learner.engine import GradientEngine
+    from thundersync.learner.engine import GradientEngine
 
 
 class SourceError(ValueError):

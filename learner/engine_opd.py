@@ -15,16 +15,16 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from learner.accumulators import ParamSum
-from learner.boundary import KV, run_segment
-from learner.engine_grpo import SourceError, flat_kv, take_grads
-from learner.kvstore import KVStore
-from learner.logprobs import scored_logprobs
-from learner.objectives import opd_advantages
-from learner.sources import OpdClose, OpdTurn
+from thundersync.learner.accumulators import ParamSum
+from thundersync.learner.boundary import KV, run_segment
+from thundersync.learner.engine_grpo import SourceError, flat_kv, take_grads
+from thundersync.learner.kvstore import KVStore
+from thundersync.learner.logprobs import scored_logprobs
+from thundersync.learner.objectives import opd_advantages
+from thundersync.learner.sources import OpdClose, OpdTurn
 
 if TYPE_CHECKING:
-    from learner.engine import GradientEngine
+    from thundersync.learner.engine import GradientEngine
 
 
 @dataclass

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 
 import torch
 
-from learner.accumulators import BufferPool
-from learner.boundary import KV
+from thundersync.learner.accumulators import BufferPool
+from thundersync.learner.boundary import KV
 
 
 def _alias(buf: torch.Tensor, upto: int) -> torch.Tensor:

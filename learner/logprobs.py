@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from learner.routing import active_router, claim
+from thundersync.learner.routing import active_router, claim
 
 DEFAULT_CHUNK = 1024
 

@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from tsrl.config import OptimConfig
+from thundersync.config import OptimConfig
 
 
 @dataclass(frozen=True)

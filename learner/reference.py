@@ -9,10 +9,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from learner.objectives import advantages
-from learner.replay import LoggedBatch
-from learner.sources import GrpoContent, GrpoReward, OpdTurn
-from tsrl.config import Estimator, GroupReduction
+from thundersync.config import Estimator, GroupReduction
+from thundersync.learner.objectives import advantages
+from thundersync.learner.replay import LoggedBatch
+from thundersync.learner.sources import GrpoContent, GrpoReward, OpdTurn
 
 
 def _seq_logprobs(model: nn.Module, ids: list[int]) -> torch.Tensor:

@@ -13,12 +13,19 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from learner.barrier import StepStats
-from learner.engine import GradientEngine
-from learner.parallel import ParallelContext
-from learner.sources import GrpoContent, GrpoGroupSpec, GrpoReward, OpdClose, OpdTurn, WorkItem
-from learner.trainer import Learner
-from tsrl.config import Objective, Schedule
+from thundersync.config import Objective, Schedule
+from thundersync.learner.barrier import StepStats
+from thundersync.learner.engine import GradientEngine
+from thundersync.learner.parallel import ParallelContext
+from thundersync.learner.sources import (
+    GrpoContent,
+    GrpoGroupSpec,
+    GrpoReward,
+    OpdClose,
+    OpdTurn,
+    WorkItem,
+)
+from thundersync.learner.trainer import Learner
 
 
 @dataclass

@@ -24,7 +24,7 @@ from typing import Any, TypeGuard
 import torch
 from torch import nn
 
-from learner.routing import active_router, claim
+from thundersync.learner.routing import active_router, claim
 
 
 class _RoutedEmbedding(torch.autograd.Function):

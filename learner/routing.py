@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import torch
 
-from learner.accumulators import FlatSpec, ParamSum
+from thundersync.learner.accumulators import FlatSpec, ParamSum
 
 _ACTIVE: list[GradRouter] = []  # the router of the backward now running (backwards do not nest)
 _CLAIM = "_tsrl_direct_grad"  # marks a parameter (a WeakSet would compare tensors elementwise)

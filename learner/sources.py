@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from tsrl.config import Schedule
+from thundersync.config import Schedule
 
 
 @dataclass(frozen=True)

@@ -14,15 +14,20 @@ from typing import Any
 import torch
 from torch import nn
 
-from learner.accumulators import BufferPool, FlatSpec
-from learner.arch import check_cuttable
-from learner.barrier import Publisher, StepStats, barrier_step
-from learner.device import DTYPES, accumulator_device, resolve_device, set_determinism
-from learner.engine import GradientEngine
-from learner.lora import apply_lora, merged_state_dict
-from learner.parallel import FSDP2Optimizer, LocalOptimizer, ParallelContext, StepOptimizer
-from learner.routing import GradRouter, GradSink
-from tsrl.config import OpdTurnGraphs, RunConfig, Schedule
+from thundersync.config import OpdTurnGraphs, RunConfig, Schedule
+from thundersync.learner.accumulators import BufferPool, FlatSpec
+from thundersync.learner.arch import check_cuttable
+from thundersync.learner.barrier import Publisher, StepStats, barrier_step
+from thundersync.learner.device import DTYPES, accumulator_device, resolve_device, set_determinism
+from thundersync.learner.engine import GradientEngine
+from thundersync.learner.lora import apply_lora, merged_state_dict
+from thundersync.learner.parallel import (
+    FSDP2Optimizer,
+    LocalOptimizer,
+    ParallelContext,
+    StepOptimizer,
+)
+from thundersync.learner.routing import GradRouter, GradSink
 
 
 class Learner:

@@ -23,7 +23,13 @@ from collections.abc import Callable
 
 import torch
 
-from learner.accumulators import BufferPool, FlatSpec, ParamSum, narrow_in_place, norm_f64
+from thundersync.learner.accumulators import (
+    BufferPool,
+    FlatSpec,
+    ParamSum,
+    narrow_in_place,
+    norm_f64,
+)
 
 _CHUNK = 1 << 18  # the split layout's unit (elements); even, so every chunk halves exactly
 _BLOCK = _CHUNK  # the norm's unit (cache-sized): partial norms are combined in this fixed order

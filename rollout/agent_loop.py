@@ -26,11 +26,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from rollout.chat import Messages, TokenizerChatFormat
-from rollout.engine import Engine
-from rollout.replicas import Router
-from rollout.trajectory import Trajectory, TrajectoryRef, Turn
-from rollout.types import SamplingParams
+from thundersync.rollout.chat import Messages, TokenizerChatFormat
+from thundersync.rollout.engine import Engine
+from thundersync.rollout.replicas import Router
+from thundersync.rollout.trajectory import Trajectory, TrajectoryRef, Turn
+from thundersync.rollout.types import SamplingParams
 
 
 class RolloutCallbacks(Protocol):

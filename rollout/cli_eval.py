@@ -6,7 +6,7 @@ import json
 
 import typer
 
-from tsrl.cli_groups import app
+from thundersync.cli_groups import app
 
 
 @app.command("eval")
@@ -27,7 +27,7 @@ def eval_cmd(
     from rich.console import Console
     from rich.table import Table
 
-    from rollout.evaluation import KS, run_eval
+    from thundersync.rollout.evaluation import KS, run_eval
 
     try:
         res = run_eval(

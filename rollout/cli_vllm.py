@@ -7,7 +7,7 @@ import json
 
 import typer
 
-from tsrl.cli_groups import app
+from thundersync.cli_groups import app
 
 vllm_app = typer.Typer(no_args_is_help=True, help="vLLM rollout servers that runs attach to.")
 app.add_typer(vllm_app, name="vllm")
@@ -36,9 +36,9 @@ def serve(
 
     import torch
 
-    from driver.assemble import replica_server_config
-    from rollout.vllm_server import VLLMServer, VLLMServerError
-    from tsrl.config import ConfigError, load_run_config, parse_set_overrides
+    from thundersync.config import ConfigError, load_run_config, parse_set_overrides
+    from thundersync.driver.assemble import replica_server_config
+    from thundersync.rollout.vllm_server import VLLMServer, VLLMServerError
 
     try:
         overrides = {"rollout.engine": "vllm", **parse_set_overrides(set_)}
@@ -47,7 +47,7 @@ def serve(
         typer.echo(f"invalid config: {e}", err=True)
         raise typer.Exit(2) from None
     if model == "tiny":
-        from tsrl.models import build_tiny_model
+        from thundersync.models import build_tiny_model
 
         m = cfg.model
         out = Path(tempfile.mkdtemp(prefix="tsrl-vllm-tiny-")) / "model"
@@ -57,7 +57,7 @@ def serve(
             )
         )
     elif model == "smollm2":  # the built-in policy (`model.path: smollm2`), from the cache
-        from tsrl.smollm2 import smollm2_dir
+        from thundersync.smollm2 import smollm2_dir
 
         model = str(smollm2_dir())
     sc = replica_server_config(cfg, model, on_gpu=torch.cuda.is_available())
@@ -67,7 +67,9 @@ def serve(
         if host == "127.0.0.1":
             servers.append(VLLMServer(c))
         else:
-            from driver.ray_servers import NodeVLLMServer  # its URL names the bound host
+            from thundersync.driver.ray_servers import (
+                NodeVLLMServer,  # its URL names the bound host
+            )
 
             servers.append(NodeVLLMServer(c))
     try:

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from rollout.types import Generation, LoadAck, SamplingParams
+from thundersync.rollout.types import Generation, LoadAck, SamplingParams
 
 if TYPE_CHECKING:
     import torch

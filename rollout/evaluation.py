@@ -50,7 +50,7 @@ def load_tasks(path: str | Path) -> list[dict[str, Any]]:
 
 
 def _register_envs() -> None:
-    import sandbox.envs  # noqa: F401  (registers the toy calculator and the sandbox envs)
+    import thundersync.sandbox.envs  # noqa: F401  (registers the toy calculator and the sandbox envs)
 
 
 def run_eval(
@@ -68,21 +68,21 @@ def run_eval(
 ) -> dict[str, Any]:
     import skyrl_gym
 
-    from rollout.agent_loop import AgentLoop, AgentLoopConfig, RolloutTask
-    from rollout.chat import TokenizerChatFormat
-    from rollout.types import SamplingParams
+    from thundersync.rollout.agent_loop import AgentLoop, AgentLoopConfig, RolloutTask
+    from thundersync.rollout.chat import TokenizerChatFormat
+    from thundersync.rollout.types import SamplingParams
 
     _register_envs()
     tasks = load_tasks(tasks_path)
     tok = _tokenizer(model_dir)
     engine: Any
     if engine_kind == "hf":
-        from rollout.hf_engine import HFEngine
+        from thundersync.rollout.hf_engine import HFEngine
 
         engine = HFEngine(model_dir)
     elif engine_kind == "vllm":
-        from rollout.vllm_engine import VLLMEngine
-        from rollout.vllm_server import VLLMServer, VLLMServerConfig
+        from thundersync.rollout.vllm_engine import VLLMEngine
+        from thundersync.rollout.vllm_server import VLLMServer, VLLMServerConfig
 
         server = VLLMServer(VLLMServerConfig(model=model_dir))
         server.start()
@@ -131,7 +131,7 @@ def run_eval(
 def _tokenizer(model_dir: str) -> Any:
     from transformers import AutoTokenizer
 
-    from tsrl.models import load_tokenizer
+    from thundersync.models import load_tokenizer
 
     cfg = json.loads((Path(model_dir) / "tokenizer_config.json").read_text())
     if cfg.get("chat_template") or (Path(model_dir) / "chat_template.jinja").exists():

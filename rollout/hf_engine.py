@@ -15,10 +15,10 @@ from typing import Any
 
 import torch
 
-from rollout.checkpoint import load_state_dict
-from rollout.gate import VersionGate
-from rollout.types import Generation, LoadAck, SamplingParams
-from rollout.weight_wire import ShmWeights, is_shm_uri, iter_shm
+from thundersync.rollout.checkpoint import load_state_dict
+from thundersync.rollout.gate import VersionGate
+from thundersync.rollout.types import Generation, LoadAck, SamplingParams
+from thundersync.rollout.weight_wire import ShmWeights, is_shm_uri, iter_shm
 
 
 def sample_token(
@@ -50,7 +50,7 @@ class HFEngine:
         dtype: torch.dtype = torch.float32,
         device: torch.device | str = "cpu",
     ) -> None:
-        from tsrl.models import load_model
+        from thundersync.models import load_model
 
         self.model_dir = Path(model_dir)
         self.device = torch.device(device)

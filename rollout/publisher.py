@@ -14,10 +14,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from rollout.checkpoint import save_checkpoint, version_dir
-from rollout.engine import Engine
-from rollout.replicas import load_everywhere
-from rollout.types import LoadAck
+from thundersync.rollout.checkpoint import save_checkpoint, version_dir
+from thundersync.rollout.engine import Engine
+from thundersync.rollout.replicas import load_everywhere
+from thundersync.rollout.types import LoadAck
 
 if TYPE_CHECKING:
     import torch

@@ -17,8 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from rollout.engine import Engine
-from rollout.types import Generation, LoadAck, SamplingParams
+from thundersync.rollout.engine import Engine
+from thundersync.rollout.types import Generation, LoadAck, SamplingParams
 
 if TYPE_CHECKING:
     import torch

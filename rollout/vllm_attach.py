@@ -23,9 +23,9 @@ from typing import Any
 
 import httpx
 
-from rollout.replicas import ReplicaLoadError, ReplicaSet
-from rollout.types import LoadAck
-from rollout.vllm_server import VLLMServerConfig, VLLMServerError
+from thundersync.rollout.replicas import ReplicaLoadError, ReplicaSet
+from thundersync.rollout.types import LoadAck
+from thundersync.rollout.vllm_server import VLLMServerConfig, VLLMServerError
 
 # config.json fields that fix the shapes a checkpoint must have to load into a served model
 _SHAPE_KEYS = (
@@ -179,13 +179,13 @@ def load_start_weights(
     try:
         if transport == "disk":
             return replicas.load_weights(version, str(model_dir))  # reload_weights from disk
-        from tsrl.models import load_model
+        from thundersync.models import load_model
 
         model = load_model(model_dir, dtype=dtype)
         weights = {k: v.detach() for k, v in model.state_dict().items()}  # the learner's theta
         if transport == "broadcast":
             return _broadcast(replicas, version, weights, broadcast_receivers)
-        from rollout.weight_wire import segment_path, write_shm
+        from thundersync.rollout.weight_wire import segment_path, write_shm
 
         tag = f"attach-{os.getpid()}-{secrets.token_hex(4)}"
         seg = write_shm(segment_path(tag, 0), weights, version=version)
@@ -204,7 +204,7 @@ def _broadcast(
     replicas: ReplicaSet, version: int, weights: dict[str, Any], receivers: int
 ) -> LoadAck:
     """Rank 0 of a broadcast of its own (the learner's comes later, on its own store)."""
-    from rollout.weight_broadcast import WeightBroadcaster
+    from thundersync.rollout.weight_broadcast import WeightBroadcaster
 
     sender = WeightBroadcaster(receivers)
     try:

@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from rollout.gate import VersionGate
-from rollout.types import Generation, LoadAck, SamplingParams
-from rollout.vllm_server import VLLMServer
-from rollout.weight_broadcast import is_broadcast_uri
-from rollout.weight_wire import is_shm_uri
+from thundersync.rollout.gate import VersionGate
+from thundersync.rollout.types import Generation, LoadAck, SamplingParams
+from thundersync.rollout.vllm_server import VLLMServer
+from thundersync.rollout.weight_broadcast import is_broadcast_uri
+from thundersync.rollout.weight_wire import is_shm_uri
 
 if TYPE_CHECKING:
     import torch
@@ -118,7 +118,7 @@ class VLLMEngine:
         if is_broadcast_uri(source):
             return self._load_broadcast(version, str(source), t0)
         if not isinstance(source, str | Path):
-            from rollout.checkpoint import save_checkpoint
+            from thundersync.rollout.checkpoint import save_checkpoint
 
             tmp = Path(tempfile.mkdtemp(prefix="tsrl-weights-")) / f"v{version}"
             source = save_checkpoint(tmp, source, base_dir=self.server.model)

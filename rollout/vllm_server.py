@@ -22,8 +22,8 @@ from pathlib import Path
 
 import httpx
 
-from teacher.lifeline import Lifeline
-from tsrl.cache import cache_root
+from thundersync.cache import cache_root
+from thundersync.teacher.lifeline import Lifeline
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -145,7 +145,7 @@ class VLLMServer:
         if self.config.reader_spin_s is not None:  # rollout/vllm_worker/sitecustomize.py
             env["TSRL_VLLM_READER_SPIN_S"] = str(self.config.reader_spin_s)
         # never let the main venv's packages leak into vLLM's: only the worker extension's dir
-        env["PYTHONPATH"] = str(REPO_ROOT / "rollout" / "vllm_worker")
+        env["PYTHONPATH"] = str(Path(__file__).resolve().parent / "vllm_worker")
         return env
 
     def log_tail(self, n: int = 40) -> str:

@@ -100,7 +100,7 @@ class WeightBroadcaster:
     then blocks until every receiver has every bucket (the engines' acks follow)."""
 
     def __init__(self, receivers: int, *, host: str | None = None, timeout_s: float = 300) -> None:
-        from rollout.vllm_server import free_port
+        from thundersync.rollout.vllm_server import free_port
 
         self.receivers = receivers
         self.host = host or os.environ.get("MASTER_ADDR") or "127.0.0.1"

@@ -29,8 +29,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from sandbox import netns
-from sandbox.executor import SandboxError
+from thundersync.sandbox import netns
+from thundersync.sandbox.executor import SandboxError
 
 HOST_ALIASES = ("10.0.2.2/32", "169.254.0.0/16")
 CNI_CONFIG_DIR = Path("/etc/cni/net.d")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from tsrl.cli_groups import app
+from thundersync.cli_groups import app
 
 env_app = typer.Typer(
     no_args_is_help=True, help="Environments: SWE-smith, SETA / Terminal-Bench, Harbor."
@@ -31,10 +31,10 @@ def check(
     json_out: bool = typer.Option(False, "--json", help="print JSON; the last line is the summary"),
 ) -> None:
     """Gold must earn 1 and a no-op 0 (--hacks: every hack must be defeated); exit 1 otherwise."""
-    from sandbox.envs.check import check_all, check_path, summarize
-    from sandbox.envs.swesmith import RecordError
-    from sandbox.envs.terminal import TaskError
-    from sandbox.executor import SandboxError, get_executor
+    from thundersync.sandbox.envs.check import check_all, check_path, summarize
+    from thundersync.sandbox.envs.swesmith import RecordError
+    from thundersync.sandbox.envs.terminal import TaskError
+    from thundersync.sandbox.executor import SandboxError, get_executor
 
     if hacks:
         if all_ or task_path:
@@ -76,8 +76,8 @@ def check(
 def _check_hacks(backend: str, json_out: bool) -> None:
     """`--hacks`: one line per hack (JSON with --json), the summary last; exit 1 unless every
     hack is defeated."""
-    from sandbox.envs.hacks import run_hacks, summarize
-    from sandbox.executor import SandboxError, get_executor
+    from thundersync.sandbox.envs.hacks import run_hacks, summarize
+    from thundersync.sandbox.executor import SandboxError, get_executor
 
     try:
         details = run_hacks(get_executor(backend))

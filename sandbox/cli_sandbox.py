@@ -6,7 +6,7 @@ import json
 
 import typer
 
-from tsrl.cli_groups import app
+from thundersync.cli_groups import app
 
 sandbox_app = typer.Typer(no_args_is_help=True, help="Sandboxed tool executors.")
 app.add_typer(sandbox_app, name="sandbox")
@@ -19,8 +19,8 @@ def selftest(
     only: list[str] = typer.Option([], "--only", help="run just these attacks"),
 ) -> None:
     """Run the attack suite against a backend; exit 1 unless every attack is contained."""
-    from sandbox.executor import SandboxError, get_executor
-    from sandbox.selftest import run_selftest
+    from thundersync.sandbox.executor import SandboxError, get_executor
+    from thundersync.sandbox.selftest import run_selftest
 
     try:
         report = run_selftest(get_executor(backend), only or None)

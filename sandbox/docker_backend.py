@@ -45,8 +45,8 @@ import uuid
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from sandbox.bridge_net import isolate_bridge
-from sandbox.docker_support import (  # noqa: F401  (ensure_podman_socket, _ping: re-exported)
+from thundersync.sandbox.bridge_net import isolate_bridge
+from thundersync.sandbox.docker_support import (  # noqa: F401  (ensure_podman_socket, _ping: re-exported)
     LABEL,
     PODMAN_SOCKET,
     UID,
@@ -55,8 +55,14 @@ from sandbox.docker_support import (  # noqa: F401  (ensure_podman_socket, _ping
     container_kwargs,
     ensure_podman_socket,
 )
-from sandbox.executor import Backend, ExecOutputLost, ExecResult, SandboxError, SessionSpec
-from sandbox.output import HeadTail
+from thundersync.sandbox.executor import (
+    Backend,
+    ExecOutputLost,
+    ExecResult,
+    SandboxError,
+    SessionSpec,
+)
+from thundersync.sandbox.output import HeadTail
 
 DEFAULT_IMAGE = os.environ.get("THUNDERSYNC_SANDBOX_IMAGE", "thundersync-sandbox:bookworm")
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sandbox.executor import SandboxError, SessionSpec
+from thundersync.sandbox.executor import SandboxError, SessionSpec
 
 PODMAN_SOCKET = "/run/podman/podman.sock"
 UID = 65534
@@ -74,7 +74,7 @@ def _tar_of(files: dict[str, tuple[bytes, int]], dirs: list[str], uid: int = UID
 
 def owner_labels() -> dict[str, str]:
     """Labels naming this process as a container's owner (pid + start time: pid reuse safe)."""
-    from sandbox.owner import current_owner
+    from thundersync.sandbox.owner import current_owner
 
     o = current_owner()
     return {

@@ -141,9 +141,9 @@ def get_executor(backend: Backend | str, **kwargs: Any) -> Executor:
             f"unknown sandbox backend {backend!r}; expected one of {[b.value for b in Backend]}"
         ) from None
     if name is Backend.LOCAL:
-        from sandbox.local import LocalExecutor
+        from thundersync.sandbox.local import LocalExecutor
 
         return LocalExecutor(**kwargs)
-    from sandbox.docker_backend import DockerExecutor
+    from thundersync.sandbox.docker_backend import DockerExecutor
 
     return DockerExecutor(**kwargs)

@@ -18,7 +18,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from sandbox.executor import SandboxError
+from thundersync.sandbox.executor import SandboxError
 
 TAG_PREFIX = "tsrl-task-"
 LABEL = "thundersync.task"

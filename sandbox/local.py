@@ -35,10 +35,10 @@ import time
 import uuid
 from pathlib import Path, PurePosixPath
 
-from sandbox import cgroups, netns
-from sandbox.executor import Backend, ExecResult, Limits, SandboxError, SessionSpec
-from sandbox.output import HeadTail, drain
-from sandbox.owner import current_owner
+from thundersync.sandbox import cgroups, netns
+from thundersync.sandbox.executor import Backend, ExecResult, Limits, SandboxError, SessionSpec
+from thundersync.sandbox.output import HeadTail, drain
+from thundersync.sandbox.owner import current_owner
 
 SANDBOX_UID = 65534
 BASE_ENV = {

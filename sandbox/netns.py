@@ -27,7 +27,7 @@ import subprocess
 import tempfile
 import time
 
-from sandbox.executor import SandboxError
+from thundersync.sandbox.executor import SandboxError
 
 SANDBOX_DNS = "10.0.2.3"
 RESOLV_CONF = f"nameserver {SANDBOX_DNS}\n"

@@ -35,7 +35,7 @@ from dataclasses import astuple
 from pathlib import Path
 from typing import Any
 
-from sandbox.executor import (
+from thundersync.sandbox.executor import (
     Backend,
     ExecResult,
     Executor,
@@ -43,7 +43,7 @@ from sandbox.executor import (
     SessionSpec,
     get_executor,
 )
-from sandbox.owner import Owner
+from thundersync.sandbox.owner import Owner
 
 DEFAULT_SANDBOX_DIR = "/tmp/thundersync-sandbox"
 
@@ -388,7 +388,7 @@ def cleanup_orphans(
 
 
 def _sweep_cgroup_leaves(session_id: str) -> None:
-    from sandbox import cgroups
+    from thundersync.sandbox import cgroups
 
     for c in cgroups.CONTROLLERS:
         parent = cgroups.ROOT / c / "thundersync"
@@ -401,7 +401,7 @@ def _docker_client(start: bool) -> Any:
     try:
         import docker as docker_sdk
 
-        from sandbox.docker_backend import PODMAN_SOCKET, _ping, ensure_podman_socket
+        from thundersync.sandbox.docker_backend import PODMAN_SOCKET, _ping, ensure_podman_socket
 
         if start:
             url = ensure_podman_socket()
@@ -421,7 +421,7 @@ def _docker_client(start: bool) -> Any:
 
 
 def _cleanup_containers(client: Any) -> int:
-    from sandbox.docker_backend import LABEL
+    from thundersync.sandbox.docker_backend import LABEL
 
     n = 0
     for c in client.containers.list(all=True, filters={"label": f"{LABEL}=1"}):

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from sandbox.executor import Executor, Limits, Session, SessionSpec
+from thundersync.sandbox.executor import Executor, Limits, Session, SessionSpec
 
 
 @dataclass

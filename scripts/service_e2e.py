@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
-TSRL = [sys.executable, "-m", "tsrl.cli"]
+TSRL = [sys.executable, "-m", "thundersync.cli"]
 DONE = {"succeeded", "failed", "cancelled"}
 
 

@@ -20,14 +20,16 @@ from typing import Any
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from service.models import ArtifactOrigin, ModelArtifact, TaskSet, Token
-from service.schemas_artifacts import ARTIFACT_NAME
-from service.settings import Settings
-from tsrl.config import BUILTIN_MODELS, BUILTIN_TASK_SETS, EnvName, RunConfig
+from thundersync.config import BUILTIN_MODELS, BUILTIN_TASK_SETS, EnvName, RunConfig
+from thundersync.service.models import ArtifactOrigin, ModelArtifact, TaskSet, Token
+from thundersync.service.schemas_artifacts import ARTIFACT_NAME
+from thundersync.service.settings import Settings
 
 URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 NAME = re.compile(ARTIFACT_NAME)
-BUILTIN_TEACHERS = BUILTIN_MODELS  # names, never paths: the driver builds them (tsrl.config_env)
+BUILTIN_TEACHERS = (
+    BUILTIN_MODELS  # names, never paths: the driver builds them (thundersync.config_env)
+)
 # which task-set kinds each env reads (its catalogue entry: sandbox/envs/catalogue.py)
 ENV_KINDS: dict[EnvName, frozenset[str]] = {
     EnvName.TOY: frozenset(),

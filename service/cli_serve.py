@@ -15,7 +15,7 @@ from pathlib import Path
 
 import typer
 
-from tsrl.cli_groups import app
+from thundersync.cli_groups import app
 
 _SECRET_QS = re.compile(r"((?:access_)?token=)[^&\s\"]+", re.IGNORECASE)
 _GENERATED = re.compile(r"tsrl_[A-Za-z0-9_-]{16,}")
@@ -101,8 +101,8 @@ def serve(
     The admin token: TSRL_ADMIN_TOKEN=... or --admin-token-file PATH (never on the command line)."""
     import uvicorn
 
-    from service.main import create_app
-    from service.settings import AdminTokenError, Settings, read_admin_token
+    from thundersync.service.main import create_app
+    from thundersync.service.settings import AdminTokenError, Settings, read_admin_token
 
     if admin_token is not None:
         typer.echo(

@@ -16,7 +16,11 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from service.crud_artifacts import (
+from thundersync.config import RunConfig
+from thundersync.reward_curve import Point, curve
+from thundersync.reward_curve import time_to_target as ttt
+from thundersync.rundir import ACTIVE_STATUSES, RunFiles, RunStatus
+from thundersync.service.crud_artifacts import (
     count_local_tasks,
     create_model,
     create_task_set,
@@ -32,7 +36,7 @@ from service.crud_artifacts import (
     task_set_origin,
     update_task_set,
 )
-from service.crud_tokens import (
+from thundersync.service.crud_tokens import (
     CONFIGURED_ADMIN,
     create_token,
     ensure_admin_token,
@@ -41,13 +45,9 @@ from service.crud_tokens import (
     list_tokens,
     revoke_token,
 )
-from service.db import utcnow
-from service.models import Run, SpanRow, Token, UpdateRow
-from service.schemas import CurvePoint, RunDetail, RunPublic, Speedup, TimeToTarget
-from tsrl.config import RunConfig
-from tsrl.reward_curve import Point, curve
-from tsrl.reward_curve import time_to_target as ttt
-from tsrl.rundir import ACTIVE_STATUSES, RunFiles, RunStatus
+from thundersync.service.db import utcnow
+from thundersync.service.models import Run, SpanRow, Token, UpdateRow
+from thundersync.service.schemas import CurvePoint, RunDetail, RunPublic, Speedup, TimeToTarget
 
 __all__ = [
     "CONFIGURED_ADMIN",

@@ -14,16 +14,16 @@ from pathlib import Path
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from service.artifacts import (
+from thundersync.service.artifacts import (
     is_uri,
     model_files_dir,
     task_set_files_dir,
     task_set_local_path,
     visible,
 )
-from service.models import ArtifactOrigin, ModelArtifact, TaskSet, Token
-from service.schemas_artifacts import ModelCreate, TaskSetCreate, TaskSetUpdate
-from service.settings import Settings
+from thundersync.service.models import ArtifactOrigin, ModelArtifact, TaskSet, Token
+from thundersync.service.schemas_artifacts import ModelCreate, TaskSetCreate, TaskSetUpdate
+from thundersync.service.settings import Settings
 
 # --- task sets ----------------------------------------------------------------------------------
 

@@ -8,10 +8,10 @@ import uuid
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from service.db import utcnow
-from service.models import Token
-from service.schemas import TokenCreate
-from service.security import PUBLIC_ID_PREFIX, hash_token, new_public_id, new_token
+from thundersync.service.db import utcnow
+from thundersync.service.models import Token
+from thundersync.service.schemas import TokenCreate
+from thundersync.service.security import PUBLIC_ID_PREFIX, hash_token, new_public_id, new_token
 
 
 def get_token_by_secret(*, session: Session, secret: str) -> Token | None:

@@ -16,7 +16,9 @@ from sqlalchemy import Connection, DateTime, Engine, create_engine, event
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 from sqlalchemy.types import TypeDecorator
 
-ALEMBIC_DIR = Path(__file__).resolve().parent.parent / "alembic"
+ALEMBIC_DIR = (
+    Path(__file__).parent / "migrations"
+)  # package data (a link to ../alembic in a checkout)
 
 
 class Base(DeclarativeBase):
@@ -113,8 +115,8 @@ def upgrade_to_head(engine: Engine) -> None:
 
     if not (ALEMBIC_DIR / "env.py").exists():
         raise RuntimeError(
-            f"migrations not found at {ALEMBIC_DIR}: run the service from a checkout of the "
-            "repository (pip install -e .), which ships alembic/ next to service/"
+            f"migrations not found at {ALEMBIC_DIR}: the thundersync package ships them as "
+            "package data (service/migrations); reinstall it (pip install thundersync or -e .)"
         )
     cfg = Config()
     cfg.set_main_option("script_location", str(ALEMBIC_DIR))

@@ -14,8 +14,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
-from service import crud
-from service.api.routes import (
+from thundersync.service import crud
+from thundersync.service.api.routes import (
     events,
     health,
     models,
@@ -26,12 +26,12 @@ from service.api.routes import (
     tokens,
     updates,
 )
-from service.db import make_engine, make_session_factory, session_scope, upgrade_to_head
-from service.errors import validation_error_handler
-from service.limits import BodySizeLimit
-from service.schemas import ErrorDetail
-from service.settings import Settings
-from service.uploads import UPLOAD_PATHS
+from thundersync.service.db import make_engine, make_session_factory, session_scope, upgrade_to_head
+from thundersync.service.errors import validation_error_handler
+from thundersync.service.limits import BodySizeLimit
+from thundersync.service.schemas import ErrorDetail
+from thundersync.service.settings import Settings
+from thundersync.service.uploads import UPLOAD_PATHS
 
 WEB_DIR = Path(__file__).resolve().parent / "web"
 API_PREFIX = "/api/v1"
@@ -78,7 +78,7 @@ def create_app(settings: Settings, *, launch: bool = True, backend: Any = None) 
         settings.runs_dir.mkdir(parents=True, exist_ok=True)
         launcher = None
         if launch:
-            from service.launcher import Launcher
+            from thundersync.service.launcher import Launcher
 
             launcher = Launcher(settings, factory, backend)
             launcher.start()

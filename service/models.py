@@ -27,9 +27,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
-from service.db import Base, UTCDateTime, utcnow
-from service.security import new_public_id
-from tsrl.rundir import RunStatus
+from thundersync.rundir import RunStatus
+from thundersync.service.db import Base, UTCDateTime, utcnow
+from thundersync.service.security import new_public_id
 
 # Stored as the enum's values in a VARCHAR(20) (no CHECK constraint, no native enum type): the same
 # column as before the enum, so no data migration; rows read back as RunStatus members.

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from tsrl.rundir import RunStatus
+from thundersync.rundir import RunStatus
 
 SpanRole = Literal["rollout", "tool", "teacher", "learner", "barrier"]
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.schemas import RequestBody
+from thundersync.service.schemas import RequestBody
 
 ARTIFACT_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 SHARED_HELP = "admins only: every token may use it (read-only)"

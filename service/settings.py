@@ -19,11 +19,11 @@ DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"  # bus.factory's default broker
 
 
 def default_driver_command() -> list[str]:
-    """`<venv>/bin/tsrl train` next to this interpreter, else `python -m tsrl.cli train`."""
+    """`<venv>/bin/tsrl train` next to this interpreter, else `python -m thundersync.cli train`."""
     exe = Path(sys.executable).parent / "tsrl"
     if exe.exists():
         return [str(exe), "train"]
-    return [sys.executable, "-m", "tsrl.cli", "train"]
+    return [sys.executable, "-m", "thundersync.cli", "train"]
 
 
 def normalize_database_url(url: str) -> str:

@@ -15,10 +15,10 @@ from typing import Any
 
 from fastapi import HTTPException, Request, status
 
-from service.artifacts import ArtifactError, upload_target
-from service.errors import field_error
-from service.schemas import ErrorDetail
-from service.schemas_artifacts import UploadedFile
+from thundersync.service.artifacts import ArtifactError, upload_target
+from thundersync.service.errors import field_error
+from thundersync.service.schemas import ErrorDetail
+from thundersync.service.schemas_artifacts import UploadedFile
 
 UPLOAD_PATHS = re.compile(r"^/api/v1/(models|task-sets)/[^/]+/files/")
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from teacher.scorer import HFScorer, Scorer, ScoreRequest
+from thundersync.teacher.scorer import HFScorer, Scorer, ScoreRequest
 
 GOAL = 5e-3
 
@@ -62,9 +62,9 @@ def _max_diff(a: list[list[float]], b: list[list[float]]) -> float:
 def run_check(
     backend: str, model_dir: str | None = None, workdir: str | None = None
 ) -> dict[str, Any]:
-    from rollout.hf_engine import HFEngine
-    from rollout.publisher import WeightPublisher
-    from tsrl.models import build_tiny_model, load_model
+    from thundersync.models import build_tiny_model, load_model
+    from thundersync.rollout.hf_engine import HFEngine
+    from thundersync.rollout.publisher import WeightPublisher
 
     work = Path(workdir or tempfile.mkdtemp(prefix="tsrl-teacher-check-"))
     if model_dir is None:
@@ -79,9 +79,9 @@ def run_check(
         engine = HFEngine(model_dir)
         scorer = HFScorer(engine.model)
     elif backend == "vllm":
-        from rollout.vllm_engine import VLLMEngine
-        from rollout.vllm_server import VLLMServer, VLLMServerConfig
-        from teacher.scorer import VLLMScorer
+        from thundersync.rollout.vllm_engine import VLLMEngine
+        from thundersync.rollout.vllm_server import VLLMServer, VLLMServerConfig
+        from thundersync.teacher.scorer import VLLMScorer
 
         server = VLLMServer(VLLMServerConfig(model=str(model_dir)), log_dir=work / "vllm")
         server.start()

@@ -6,7 +6,7 @@ import json
 
 import typer
 
-from tsrl.cli_groups import app
+from thundersync.cli_groups import app
 
 teacher_app = typer.Typer(
     no_args_is_help=True, help="Teacher scoring server (vLLM prompt_logprobs)."
@@ -30,7 +30,7 @@ def serve(
     """Start a vLLM OpenAI-compatible server on MODEL and keep it up until Ctrl-C."""
     import time
 
-    from rollout.vllm_server import VLLMServer, VLLMServerConfig, VLLMServerError
+    from thundersync.rollout.vllm_server import VLLMServer, VLLMServerConfig, VLLMServerError
 
     extra = []
     if gpu_memory_utilization is not None:
@@ -73,7 +73,7 @@ def check(
     from rich.console import Console
     from rich.table import Table
 
-    from teacher.check import GOAL, run_check
+    from thundersync.teacher.check import GOAL, run_check
 
     res = run_check(backend, model)
     table = Table(title=f"teacher check ({backend})")

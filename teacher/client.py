@@ -18,7 +18,7 @@ import time
 from collections.abc import Hashable, Sequence
 from concurrent.futures import Future
 
-from teacher.scorer import Scorer, ScoreRequest
+from thundersync.teacher.scorer import Scorer, ScoreRequest
 
 
 class TeacherError(RuntimeError):

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from teacher.scorer import ScoreRequest
+from thundersync.teacher.scorer import ScoreRequest
 
 
 @dataclass
@@ -64,7 +64,7 @@ class IncrementalHFScorer:
     def from_dir(
         cls, model_dir: str | Path, *, device: Any = "cpu", dtype: Any = None, max_open: int = 64
     ) -> IncrementalHFScorer:
-        from tsrl.models import load_model
+        from thundersync.models import load_model
 
         model = load_model(model_dir, dtype=dtype or torch.float32).to(device)
         return cls(model, max_open=max_open)

@@ -7,7 +7,7 @@ exits, the kernel closes the write end, the guard reads EOF and ends the whole g
 then SIGKILL after a grace period). When CMD exits, whatever it left in the group is killed too,
 and the guard exits with CMD's code.
 
-Why not PR_SET_PDEATHSIG (`tsrl.lifecycle.die_with_parent`, which the learner processes use): it
+Why not PR_SET_PDEATHSIG (`thundersync.lifecycle.die_with_parent`, which the learner processes use): it
 fires when the *thread* that forked the child exits. A teacher server is restarted from whichever
 rollout thread saw it fail (teacher/supervised.py), and those threads come and go with every
 update's event loop: the server would die with the thread, not with the driver. A pipe belongs

@@ -13,8 +13,8 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from teacher.scorer import ScoreRequest
-from teacher.supervised import SupervisedVLLMScorer
+from thundersync.teacher.scorer import ScoreRequest
+from thundersync.teacher.supervised import SupervisedVLLMScorer
 
 
 class TeacherReplicas:

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from teacher.scorer import ScoreRequest, VLLMScorer
+from thundersync.teacher.scorer import ScoreRequest, VLLMScorer
 
 
 class SupervisedVLLMScorer:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from rollout.vllm_server import VLLMServer
+    from thundersync.rollout.vllm_server import VLLMServer
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -70,7 +70,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tsrl.models import build_tiny_model
+    from thundersync.models import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=0)
 
@@ -78,7 +78,7 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_teacher_dir(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Path:
     """A second tiny model with the student's tokenizer (OPD needs a shared vocabulary)."""
-    from tsrl.models import build_tiny_model, load_tokenizer
+    from thundersync.models import build_tiny_model, load_tokenizer
 
     return build_tiny_model(
         tmp_path_factory.mktemp("teacher") / "model",
@@ -95,10 +95,10 @@ def vllm_rollout_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[l
     would fail its log-prob check at update 1."""
     import torch
 
-    from driver.assemble import replica_server_config
-    from rollout.vllm_server import VLLMServer
-    from tsrl.config import load_run_config
-    from tsrl.models import build_tiny_model
+    from thundersync.config import load_run_config
+    from thundersync.driver.assemble import replica_server_config
+    from thundersync.models import build_tiny_model
+    from thundersync.rollout.vllm_server import VLLMServer
 
     cfg = load_run_config("grpo-toy", {"rollout.engine": "vllm"})
     m, root = cfg.model, tmp_path_factory.mktemp("vllm-servers")

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 
-import service.db
+import thundersync.service.db
 from alembic import op
 
 revision: str = "0001"
@@ -28,8 +28,8 @@ def upgrade() -> None:
         sa.Column("token_hash", sa.String(length=64), nullable=False),
         sa.Column("prefix", sa.String(length=12), nullable=False),
         sa.Column("is_admin", sa.Boolean(), nullable=False),
-        sa.Column("created_at", service.db.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("revoked_at", service.db.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("created_at", thundersync.service.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("revoked_at", thundersync.service.db.UTCDateTime(timezone=True), nullable=True),
         sa.PrimaryKeyConstraint("id"),
     )
     with op.batch_alter_table("tokens", schema=None) as batch_op:
@@ -51,13 +51,15 @@ def upgrade() -> None:
         sa.Column("pid", sa.Integer(), nullable=True),
         sa.Column("job_id", sa.String(length=200), nullable=True),
         sa.Column("exit_code", sa.Integer(), nullable=True),
-        sa.Column("cancel_requested_at", service.db.UTCDateTime(timezone=True), nullable=True),
+        sa.Column(
+            "cancel_requested_at", thundersync.service.db.UTCDateTime(timezone=True), nullable=True
+        ),
         sa.Column("metrics_offset", sa.Integer(), nullable=False),
         sa.Column("spans_offset", sa.Integer(), nullable=False),
         sa.Column("updates_done", sa.Integer(), nullable=False),
-        sa.Column("created_at", service.db.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("started_at", service.db.UTCDateTime(timezone=True), nullable=True),
-        sa.Column("finished_at", service.db.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("created_at", thundersync.service.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("started_at", thundersync.service.db.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("finished_at", thundersync.service.db.UTCDateTime(timezone=True), nullable=True),
         sa.ForeignKeyConstraint(["owner_id"], ["tokens.id"], ondelete="CASCADE"),
         sa.PrimaryKeyConstraint("id"),
     )
@@ -75,7 +77,7 @@ def upgrade() -> None:
         sa.Column("description", sa.Text(), nullable=False),
         sa.Column("task_count", sa.Integer(), nullable=True),
         sa.Column("meta", sa.JSON(), nullable=False),
-        sa.Column("created_at", service.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("created_at", thundersync.service.db.UTCDateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(["owner_id"], ["tokens.id"], ondelete="CASCADE"),
         sa.PrimaryKeyConstraint("id"),
         sa.UniqueConstraint("owner_id", "name", name="uq_task_sets_owner_name"),

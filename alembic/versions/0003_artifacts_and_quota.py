@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 
-import service.db
+import thundersync.service.db
 from alembic import op
 
 revision: str = "0003"
@@ -41,7 +41,7 @@ def upgrade() -> None:
         sa.Column("path", sa.Text(), nullable=True),
         sa.Column("description", sa.Text(), nullable=False),
         sa.Column("shared", sa.Boolean(), nullable=False),
-        sa.Column("created_at", service.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("created_at", thundersync.service.db.UTCDateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(["owner_id"], ["tokens.id"], ondelete="CASCADE"),
         sa.PrimaryKeyConstraint("id"),
         sa.UniqueConstraint("owner_id", "name", name="uq_models_owner_name"),

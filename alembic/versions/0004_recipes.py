@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 
-import service.db
+import thundersync.service.db
 from alembic import op
 
 revision: str = "0004"
@@ -29,7 +29,7 @@ def upgrade() -> None:
         sa.Column("name", sa.String(length=200), nullable=False),
         sa.Column("text", sa.Text(), nullable=False),
         sa.Column("description", sa.Text(), nullable=False),
-        sa.Column("created_at", service.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("created_at", thundersync.service.db.UTCDateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(["owner_id"], ["tokens.id"], ondelete="CASCADE"),
         sa.PrimaryKeyConstraint("id"),
         sa.UniqueConstraint("owner_id", "name", name="uq_recipes_owner_name"),

@@ -18,7 +18,7 @@ RUN pip install -r /tmp/requirements.lock
 WORKDIR /opt/thundersync
 COPY pyproject.toml README.md alembic.ini ./
 COPY alembic ./alembic
-COPY tsrl ./tsrl
+COPY thundersync ./thundersync
 COPY learner ./learner
 COPY service ./service
 COPY sandbox ./sandbox
@@ -26,7 +26,6 @@ COPY teacher ./teacher
 COPY rollout ./rollout
 COPY bus ./bus
 COPY bench ./bench
-COPY driver ./driver
 COPY recipes ./recipes
 # Editable on purpose: the service runs Alembic from alembic/ beside service/ in the source tree.
 RUN pip install --no-deps -e . && tsrl --help >/dev/null

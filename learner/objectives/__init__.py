@@ -1,11 +1,11 @@
 """Objectives as small pure functions plus the advantage-estimator registry."""
 
-from learner.objectives.grpo import (
+from thundersync.learner.objectives.grpo import (
     ESTIMATORS,
     GroupCoefficients,
     advantages,
     group_coefficients,
 )
-from learner.objectives.opd import opd_advantages
+from thundersync.learner.objectives.opd import opd_advantages
 
 __all__ = ["ESTIMATORS", "GroupCoefficients", "advantages", "group_coefficients", "opd_advantages"]

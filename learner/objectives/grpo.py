@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from tsrl.config import Estimator
+from thundersync.config import Estimator
 
 
 @dataclass(frozen=True)

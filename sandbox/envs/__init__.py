@@ -26,10 +26,10 @@ class EnvId(StrEnum):
 
 
 _ENTRY = {
-    EnvId.SWESMITH: "sandbox.envs.swesmith_env:SWESmithEnv",
-    EnvId.TERMINAL: "sandbox.envs.terminal_env:TerminalEnv",
-    EnvId.DIGITS: "sandbox.envs.digits_env:DigitsEnv",
-    EnvId.CALC: "sandbox.envs.calc_env:ToyCalcEnv",
+    EnvId.SWESMITH: "thundersync.sandbox.envs.swesmith_env:SWESmithEnv",
+    EnvId.TERMINAL: "thundersync.sandbox.envs.terminal_env:TerminalEnv",
+    EnvId.DIGITS: "thundersync.sandbox.envs.digits_env:DigitsEnv",
+    EnvId.CALC: "thundersync.sandbox.envs.calc_env:ToyCalcEnv",
 }
 
 

@@ -34,9 +34,9 @@ from typing import Any
 
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput, ConversationType
 
-from sandbox.envs.tools import Tool, ToolCallError, parse_action, run_tool
-from sandbox.executor import Executor, Session, SessionSpec
-from sandbox.pool import SandboxPool
+from thundersync.sandbox.envs.tools import Tool, ToolCallError, parse_action, run_tool
+from thundersync.sandbox.executor import Executor, Session, SessionSpec
+from thundersync.sandbox.pool import SandboxPool
 
 DEFAULT_POOL_SIZE = 16
 POOL_SIZE_ENV = "THUNDERSYNC_POOL_SIZE"

@@ -18,7 +18,7 @@ from typing import Any
 
 from skyrl_gym.envs.base_text_env import BaseTextEnvStepOutput
 
-from sandbox.envs.base import SessionEnv
+from thundersync.sandbox.envs.base import SessionEnv
 
 _CALL = re.compile(r"<tool>\s*(\w+)\s*(.*?)\s*</tool>", re.S)
 _OPS: dict[type, Any] = {

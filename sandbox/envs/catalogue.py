@@ -1,4 +1,4 @@
-"""The task catalogue: `env.name` (a `tsrl.config.EnvName`) -> the run's task list.
+"""The task catalogue: `env.name` (a `thundersync.config.EnvName`) -> the run's task list.
 
 Every entry is a function `RunConfig -> list[TaskRef]`; a `TaskRef` is what the driver needs to
 make one env (`skyrl_gym.make(ref.env_id, extras=ref.extras)`) and a stable task name. Every
@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sandbox.envs import EnvId
-from tsrl.config import BUILTIN_TASK_SETS, EnvName
+from thundersync.config import BUILTIN_TASK_SETS, EnvName
+from thundersync.sandbox.envs import EnvId
 
 if TYPE_CHECKING:
-    from tsrl.config import RunConfig
+    from thundersync.config import RunConfig
 
 
 @dataclass(frozen=True)
@@ -52,8 +52,8 @@ def toy_tasks(cfg: RunConfig) -> list[TaskRef]:
 
 
 def swe_smith_tasks(cfg: RunConfig) -> list[TaskRef]:
-    from sandbox.envs.fixtures import SWESMITH_INSTANCES
-    from sandbox.envs.swesmith import load_instances
+    from thundersync.sandbox.envs.fixtures import SWESMITH_INSTANCES
+    from thundersync.sandbox.envs.swesmith import load_instances
 
     path = cfg.env.tasks or str(SWESMITH_INSTANCES)
     extras = _sandbox_extras(cfg) | {"instances_path": path, "max_turns": cfg.rollout.max_turns}
@@ -64,9 +64,9 @@ def swe_smith_tasks(cfg: RunConfig) -> list[TaskRef]:
 
 
 def terminal_tasks(cfg: RunConfig) -> list[TaskRef]:
-    from sandbox.envs import fixtures
-    from sandbox.envs.terminal import load_task
-    from sandbox.images import local_gap
+    from thundersync.sandbox.envs import fixtures
+    from thundersync.sandbox.envs.terminal import load_task
+    from thundersync.sandbox.images import local_gap
 
     if cfg.env.tasks in BUILTIN_TASK_SETS:
         dirs = fixtures.terminal_tasks(fixtures.builtin_task_dir(cfg.env.tasks))

@@ -17,15 +17,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from sandbox.envs import fixtures
-from sandbox.envs.base import ToolEnv
-from sandbox.envs.swesmith import SweInstance, load_instances
-from sandbox.envs.swesmith_env import SWESmithEnv
-from sandbox.envs.terminal import load_task
-from sandbox.envs.terminal_env import TerminalEnv
-from sandbox.executor import Backend, Executor
-from sandbox.images import local_gap
-from tsrl.config import BUILTIN_TASK_SETS
+from thundersync.config import BUILTIN_TASK_SETS
+from thundersync.sandbox.envs import fixtures
+from thundersync.sandbox.envs.base import ToolEnv
+from thundersync.sandbox.envs.swesmith import SweInstance, load_instances
+from thundersync.sandbox.envs.swesmith_env import SWESmithEnv
+from thundersync.sandbox.envs.terminal import load_task
+from thundersync.sandbox.envs.terminal_env import TerminalEnv
+from thundersync.sandbox.executor import Backend, Executor
+from thundersync.sandbox.images import local_gap
 
 
 def _gold_and_noop(

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sandbox.envs.junit import ReportError
+from thundersync.sandbox.envs.junit import ReportError
 
 CTRF_PATH = "/logs/verifier/ctrf.json"  # where SETA's / Harbor's test.sh writes it
 STATUSES = ("passed", "failed", "skipped", "pending", "other")

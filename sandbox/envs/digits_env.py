@@ -16,8 +16,8 @@ from typing import Any
 
 from skyrl_gym.envs.base_text_env import BaseTextEnvStepOutput, ConversationType
 
-from sandbox.envs.base import SessionEnv
-from sandbox.executor import Session, SessionSpec
+from thundersync.sandbox.envs.base import SessionEnv
+from thundersync.sandbox.executor import Session, SessionSpec
 
 PROMPT = [{"role": "user", "content": "Reply with numbers only."}]
 

@@ -2,7 +2,7 @@
 
 SWE-smith fixture repositories ship as plain file trees (no nested .git in this repo); their
 mirrors with one branch per instance are built deterministically on first use into a cache
-directory keyed by the fixtures' content hash, in the artefact cache of `tsrl.cache`.
+directory keyed by the fixtures' content hash, in the artefact cache of `thundersync.cache`.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sandbox.envs.swesmith import SweInstance, build_mirror, load_instances
-from tsrl.cache import cache_root, private_tmp
+from thundersync.cache import cache_root, private_tmp
+from thundersync.sandbox.envs.swesmith import SweInstance, build_mirror, load_instances
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 SWESMITH_DIR = FIXTURES / "swesmith"
@@ -78,8 +78,8 @@ def terminal_tasks(root: Path = TERMINAL_DIR) -> list[Path]:
 
 def builtin_task_dir(name: str) -> Path:
     """The directory of a built-in task set (`env.tasks: terminal-easy`, see
-    `tsrl.config_env.BUILTIN_TASK_SETS`): a folder of its own under sandbox/fixtures/."""
-    from tsrl.config_env import BUILTIN_TASK_SETS
+    `thundersync.config_env.BUILTIN_TASK_SETS`): a folder of its own under sandbox/fixtures/."""
+    from thundersync.config_env import BUILTIN_TASK_SETS
 
     if name not in BUILTIN_TASK_SETS:
         raise KeyError(f"no built-in task set {name!r}: use one of {sorted(BUILTIN_TASK_SETS)}")
@@ -129,7 +129,7 @@ def swesmith_image_context(repo_name: str) -> Path:
 def ensure_swesmith_image(client: Any, image_name: str) -> str:
     """Build (once per content, `sandbox.images.ensure_image`) the fixture image `image_name`
     names and tag it so; returns `image_name`."""
-    from sandbox.images import ensure_image
+    from thundersync.sandbox.images import ensure_image
 
     if not is_fixture_image(image_name):
         raise ValueError(f"{image_name!r} is not a fixture image ({FIXTURE_IMAGE_PREFIX}...)")

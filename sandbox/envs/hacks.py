@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from sandbox.envs.base import ToolEnv
-from sandbox.executor import Executor
+from thundersync.sandbox.envs.base import ToolEnv
+from thundersync.sandbox.executor import Executor
 
 
 class Kind(StrEnum):
@@ -36,9 +36,9 @@ class Hack:
 
 
 def _make_env(kind: Kind, target: str, executor: Executor) -> ToolEnv:
-    from sandbox.envs import fixtures
-    from sandbox.envs.swesmith_env import SWESmithEnv
-    from sandbox.envs.terminal_env import TerminalEnv
+    from thundersync.sandbox.envs import fixtures
+    from thundersync.sandbox.envs.swesmith_env import SWESmithEnv
+    from thundersync.sandbox.envs.terminal_env import TerminalEnv
 
     if kind is Kind.SWESMITH:
         return SWESmithEnv(extras={"instance": target, "executor": executor})
@@ -112,7 +112,7 @@ def run_hacks(
 ) -> list[dict[str, Any]]:
     """Run every hack (default: the shipped suite); targets run in parallel threads (`workers`),
     the hacks of one target in order in one env. Records come back in suite order."""
-    from sandbox.envs.hacks_defs import HACKS
+    from thundersync.sandbox.envs.hacks_defs import HACKS
 
     todo = HACKS if hacks is None else hacks
     groups: dict[tuple[Kind, str], list[Hack]] = {}

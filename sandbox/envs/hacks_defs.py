@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 
-from sandbox.envs.hacks import Hack, Kind
-from sandbox.envs.junit import node_key
+from thundersync.sandbox.envs.hacks import Hack, Kind
+from thundersync.sandbox.envs.junit import node_key
 
 SWE = "minicalc__clamp_off_by_one"
 SWE_IDS = [

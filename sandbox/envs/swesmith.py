@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from sandbox.envs.junit import Status
+from thundersync.sandbox.envs.junit import Status
 
 START_MARKER = ">>>>> Start Test Output"
 END_MARKER = ">>>>> End Test Output"
@@ -222,7 +222,7 @@ def _skip_unsafe(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
 @contextlib.contextmanager
 def _created(client: Any, image: str) -> Iterator[Any]:
     """A created, never started container of `image`: its filesystem is read, nothing runs."""
-    from sandbox.docker_support import owner_labels
+    from thundersync.sandbox.docker_support import owner_labels
 
     labels = {"thundersync.sandbox": "1", **owner_labels(), "thundersync.label": "swe-export"}
     ct = client.containers.create(image, ["true"], network_mode="none", labels=labels)

@@ -37,8 +37,8 @@ from typing import Any
 
 from skyrl_gym.envs.base_text_env import ConversationType
 
-from sandbox.envs.base import ToolEnv
-from sandbox.envs.swesmith import (
+from thundersync.sandbox.envs.base import ToolEnv
+from thundersync.sandbox.envs.swesmith import (
     RecordError,
     SweInstance,
     export_image_dir,
@@ -49,10 +49,15 @@ from sandbox.envs.swesmith import (
     require_image,
     squashed_checkout,
 )
-from sandbox.envs.swesmith_eval import REPORT_DIR, Grade, evaluate
-from sandbox.envs.swesmith_profiles import CONDA_ENV, CONDA_ENV_BIN, DEFAULT_PATH, IMAGE_REPO_DIR
-from sandbox.envs.tools import TOOL_HELP
-from sandbox.executor import Backend, SandboxError, Session, SessionSpec
+from thundersync.sandbox.envs.swesmith_eval import REPORT_DIR, Grade, evaluate
+from thundersync.sandbox.envs.swesmith_profiles import (
+    CONDA_ENV,
+    CONDA_ENV_BIN,
+    DEFAULT_PATH,
+    IMAGE_REPO_DIR,
+)
+from thundersync.sandbox.envs.tools import TOOL_HELP
+from thundersync.sandbox.executor import Backend, SandboxError, Session, SessionSpec
 
 MOUNT = IMAGE_REPO_DIR  # the agent's repo is where SWE-smith images keep it
 
@@ -160,7 +165,7 @@ class SWESmithEnv(ToolEnv):
     def __init__(self, env_config: Any = None, extras: dict[str, Any] | None = None) -> None:
         extras = dict(extras or {})
         super().__init__(extras)
-        from sandbox.envs import fixtures
+        from thundersync.sandbox.envs import fixtures
 
         self.instance = inst = self._resolve(extras, fixtures.SWESMITH_INSTANCES)
         self.eval_timeout = float(extras.get("eval_timeout", 300))

@@ -30,7 +30,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from sandbox.envs.junit import (
+from thundersync.sandbox.envs.junit import (
     ReportError,
     Status,
     check_runner_agrees,
@@ -39,9 +39,14 @@ from sandbox.envs.junit import (
     statuses_for,
     uncollected_files,
 )
-from sandbox.envs.swesmith import END_MARKER, START_MARKER, SweInstance
-from sandbox.envs.swesmith_profiles import ACTIVATE, GUARD_MODULE, RepoProfile, profile_for
-from sandbox.executor import ExecResult, Session
+from thundersync.sandbox.envs.swesmith import END_MARKER, START_MARKER, SweInstance
+from thundersync.sandbox.envs.swesmith_profiles import (
+    ACTIVATE,
+    GUARD_MODULE,
+    RepoProfile,
+    profile_for,
+)
+from thundersync.sandbox.executor import ExecResult, Session
 
 REPORT_DIR = "/logs"  # a scratch dir of the eval session, outside the repository
 _CONFIGS = ("setup.cfg", "pyproject.toml", "tox.ini", "pytest.ini", ".pytest.ini")

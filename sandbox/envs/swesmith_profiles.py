@@ -15,8 +15,8 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sandbox.envs.junit import Status
-from sandbox.envs.swesmith import SweInstance, parse_pytest_log
+from thundersync.sandbox.envs.junit import Status
+from thundersync.sandbox.envs.swesmith import SweInstance, parse_pytest_log
 
 # the published image layout (swesmith.constants: ENV_NAME, DOCKER_WORKDIR)
 IMAGE_REPO_DIR = "/testbed"

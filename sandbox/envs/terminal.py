@@ -41,8 +41,8 @@ from typing import Any
 
 import yaml
 
-from sandbox.envs.terminal_verify import Verdict, snapshot_app, verify
-from sandbox.executor import Limits, SessionSpec
+from thundersync.sandbox.envs.terminal_verify import Verdict, snapshot_app, verify
+from thundersync.sandbox.executor import Limits, SessionSpec
 
 __all__ = ["Layout", "TaskError", "TerminalTask", "Verdict", "load_task", "snapshot_app", "verify"]
 

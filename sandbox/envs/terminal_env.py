@@ -21,8 +21,8 @@ from typing import Any
 
 from skyrl_gym.envs.base_text_env import ConversationType
 
-from sandbox.envs.base import ToolEnv
-from sandbox.envs.terminal import (
+from thundersync.sandbox.envs.base import ToolEnv
+from thundersync.sandbox.envs.terminal import (
     TaskError,
     TerminalTask,
     Verdict,
@@ -30,9 +30,9 @@ from sandbox.envs.terminal import (
     snapshot_app,
     verify,
 )
-from sandbox.envs.tools import TOOL_HELP
-from sandbox.executor import Backend, Session
-from sandbox.images import ensure_image, local_gap
+from thundersync.sandbox.envs.tools import TOOL_HELP
+from thundersync.sandbox.executor import Backend, Session
+from thundersync.sandbox.images import ensure_image, local_gap
 
 LOCAL_VERIFIER_DIRS = ("/data", "/output")
 

@@ -30,8 +30,8 @@ import shlex
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sandbox.envs import ctrf
-from sandbox.envs.junit import (
+from thundersync.sandbox.envs import ctrf
+from thundersync.sandbox.envs.junit import (
     ReportError,
     Status,
     by_function,
@@ -39,10 +39,10 @@ from sandbox.envs.junit import (
     parse_junit,
     report_path,
 )
-from sandbox.executor import ExecResult, Session
+from thundersync.sandbox.executor import ExecResult, Session
 
 if TYPE_CHECKING:
-    from sandbox.envs.terminal import TerminalTask
+    from thundersync.sandbox.envs.terminal import TerminalTask
 
 APP = "/app"
 SNAPSHOT = "/logs/.tsrl-app.tar"

@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 
-from sandbox.executor import SandboxError, Session
+from thundersync.sandbox.executor import SandboxError, Session
 
 
 class Tool(StrEnum):

@@ -14,9 +14,9 @@ from fastapi import Depends, HTTPException, Path, Query, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
-from service import crud
-from service.models import Run, Token
-from service.settings import Settings
+from thundersync.service import crud
+from thundersync.service.models import Run, Token
+from thundersync.service.settings import Settings
 
 bearer_scheme = HTTPBearer(
     auto_error=False,

@@ -4,6 +4,6 @@ database as they grow, maps the driver's exit to succeeded / failed / cancelled 
 reconciles runs left active by a previous service process. See docs/CONTRACTS.md.
 """
 
-from service.launcher.supervisor import Launcher
+from thundersync.service.launcher.supervisor import Launcher
 
 __all__ = ["Launcher"]

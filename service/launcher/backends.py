@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 from typing import Protocol
 
-from tsrl.rundir import RunFiles
+from thundersync.rundir import RunFiles
 
 # Variables that may carry secrets of the service: drivers never see them.
 SECRET_ENV = ("TSRL_ADMIN_TOKEN", "TSRL_ADMIN_TOKEN_FILE", "TSRL_DATABASE_URL")

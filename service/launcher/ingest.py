@@ -15,8 +15,8 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from service.models import Run, SpanRow, UpdateRow
-from tsrl.rundir import RunFiles
+from thundersync.rundir import RunFiles
+from thundersync.service.models import Run, SpanRow, UpdateRow
 
 log = logging.getLogger("tsrl.service.ingest")
 

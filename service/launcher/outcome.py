@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tsrl.rundir import RunFiles, RunStatus
+from thundersync.rundir import RunFiles, RunStatus
 
 EXIT_CANCELLED = 3
 # frames drawn around CLI errors (typer / rich): not part of the message

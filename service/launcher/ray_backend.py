@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from service.launcher.backends import Handle
-from tsrl.rundir import RunFiles
+from thundersync.rundir import RunFiles
+from thundersync.service.launcher.backends import Handle
 
 LOG_COPY_EVERY_S = 5.0
 _EXIT = {"SUCCEEDED": 0, "FAILED": 1, "STOPPED": -15}

@@ -21,14 +21,14 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from service.db import session_scope, utcnow
-from service.launcher.backends import EXIT_UNKNOWN, EmbeddedBackend, Handle
-from service.launcher.broker import RunBusIds, clean_run_keys
-from service.launcher.ingest import ingest_run
-from service.launcher.outcome import decide_outcome
-from service.models import Run
-from service.settings import Settings
-from tsrl.rundir import RunFiles, RunStatus
+from thundersync.rundir import RunFiles, RunStatus
+from thundersync.service.db import session_scope, utcnow
+from thundersync.service.launcher.backends import EXIT_UNKNOWN, EmbeddedBackend, Handle
+from thundersync.service.launcher.broker import RunBusIds, clean_run_keys
+from thundersync.service.launcher.ingest import ingest_run
+from thundersync.service.launcher.outcome import decide_outcome
+from thundersync.service.models import Run
+from thundersync.service.settings import Settings
 
 log = logging.getLogger("tsrl.service.launcher")
 
@@ -37,7 +37,7 @@ def make_backend(settings: Settings) -> Any:
     if settings.launcher == "embedded":
         return EmbeddedBackend(settings.driver_command)
     if settings.launcher == "ray":
-        from service.launcher.ray_backend import RayJobBackend
+        from thundersync.service.launcher.ray_backend import RayJobBackend
 
         return RayJobBackend(settings.driver_command, settings.ray_address)
     raise ValueError(f"launcher {settings.launcher!r} unknown: use 'embedded' or 'ray'")

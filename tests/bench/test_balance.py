@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from bench.balance import WIDTH_STEP, balance_width, first_guess, round_width, secant_width
+from thundersync.bench.balance import (
+    WIDTH_STEP,
+    balance_width,
+    first_guess,
+    round_width,
+    secant_width,
+)
 
 
 def machine(learner_per_width2: float, rollout_s: float, rollout_per_width2: float = 0.0):

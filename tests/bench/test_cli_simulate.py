@@ -5,7 +5,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from tsrl.cli import app
+from thundersync.cli import app
 
 
 def test_bench_simulate_reproduces_every_trend_with_zero_bound_violations(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.load import BackgroundLoad, cpu_seconds, shares
+from thundersync.bench.load import BackgroundLoad, cpu_seconds, shares
 
 
 def test_shares() -> None:

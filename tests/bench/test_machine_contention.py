@@ -9,13 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.machine_contention import measure
-from bench.predict import Contention
-from bench.speedup import prediction_errors
-from bench.speedup_stats import schedule_summary
-from bench.trace_synth import write_run
-from bench.workloads import grpo_update
-from tsrl.rundir import RunFiles
+from thundersync.bench.machine_contention import measure
+from thundersync.bench.predict import Contention
+from thundersync.bench.speedup import prediction_errors
+from thundersync.bench.speedup_stats import schedule_summary
+from thundersync.bench.trace_synth import write_run
+from thundersync.bench.workloads import grpo_update
+from thundersync.rundir import RunFiles
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")

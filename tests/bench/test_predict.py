@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from bench.predict import TraceError, check, load_trace, predict, summary
-from bench.simulator import simulate
-from bench.trace_synth import write_run
-from bench.workloads import grpo_update, opd_update
-from tsrl.cli import app
+from thundersync.bench.predict import TraceError, check, load_trace, predict, summary
+from thundersync.bench.simulator import simulate
+from thundersync.bench.trace_synth import write_run
+from thundersync.bench.workloads import grpo_update, opd_update
+from thundersync.cli import app
 
 
 def _pair(tmp_path: Path, seed: int, noise: float, make=grpo_update) -> tuple[Path, Path]:  # type: ignore[no-untyped-def]
@@ -88,8 +88,8 @@ def test_contention_stretches_the_prediction_and_is_reported_against_a_stream_ru
 ) -> None:
     """A stream run whose rollout and overlapped learner items ran 20% / 50% slower than sync's
     is predicted exactly once that contention is given, and `check` measures it from the runs."""
-    from bench.predict import Contention
-    from bench.simulator import SimSchedule
+    from thundersync.bench.predict import Contention
+    from thundersync.bench.simulator import SimSchedule
 
     rng = np.random.default_rng(3)
     ups = [grpo_update(rng, rho=1.0, ranks=1) for _ in range(3)]
@@ -112,7 +112,7 @@ def test_the_run_error_is_of_the_mean_step_and_single_updates_report_their_noise
 ) -> None:
     """A stream run whose updates ran alternately 10% slower and faster than the workload
     (machine noise): its mean step is predicted, single updates are not, and both are reported."""
-    from bench.predict import Contention
+    from thundersync.bench.predict import Contention
 
     rng = np.random.default_rng(8)
     ups = [grpo_update(rng, rho=1.0, ranks=1) for _ in range(4)]

@@ -6,8 +6,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench import release_models as rm
-from bench.simulator import Update, WorkItem, simulate, speedup_bound
+from thundersync.bench import release_models as rm
+from thundersync.bench.simulator import Update, WorkItem, simulate, speedup_bound
 
 item = st.tuples(
     st.floats(0.0, 10.0), st.floats(0.001, 5.0), st.floats(0.0, 5.0), st.integers(0, 2)

@@ -3,9 +3,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench import release_models as rm
-from bench.simulator import simulate
-from bench.workloads import grpo_update, opd_update
+from thundersync.bench import release_models as rm
+from thundersync.bench.simulator import simulate
+from thundersync.bench.workloads import grpo_update, opd_update
 
 
 def test_grpo_release_goes_from_zero_to_one_and_is_monotone() -> None:

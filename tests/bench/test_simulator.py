@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.simulator import (
+from thundersync.bench.simulator import (
     SimSchedule,
     Update,
     WorkItem,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.speedup_stats import bound, schedule_summary, spread, update_phases
-from tsrl.rundir import RunFiles
+from thundersync.bench.speedup_stats import bound, schedule_summary, spread, update_phases
+from thundersync.rundir import RunFiles
 
 
 def _run_dir(root: Path) -> RunFiles:

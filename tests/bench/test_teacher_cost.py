@@ -6,7 +6,7 @@ import json
 
 from typer.testing import CliRunner
 
-from tsrl.cli import app
+from thundersync.cli import app
 
 
 def test_bench_teacher_prints_the_cost_ratios_and_the_gap_to_full_scoring() -> None:

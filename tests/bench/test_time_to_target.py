@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from bench.time_to_target import Point, reward_at, summarize, time_to_target
-from tsrl.cli import app
+from thundersync.bench.time_to_target import Point, reward_at, summarize, time_to_target
+from thundersync.cli import app
 
 SMALL = [
     "model.tiny_hidden=64",

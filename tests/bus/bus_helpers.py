@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from bus.events import SourceKind, SourceReady
-from bus.protocol import Delivery, Subscription
+from thundersync.bus.events import SourceKind, SourceReady
+from thundersync.bus.protocol import Delivery, Subscription
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 CLAIM_IDLE_S = 0.2

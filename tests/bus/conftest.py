@@ -9,9 +9,9 @@ import pytest
 import redis
 from bus_helpers import CLAIM_IDLE_S, REDIS_URL
 
-from bus.inproc import InProcessBus
-from bus.protocol import Bus
-from bus.redis_streams import RedisStreamsBus
+from thundersync.bus.inproc import InProcessBus
+from thundersync.bus.protocol import Bus
+from thundersync.bus.redis_streams import RedisStreamsBus
 
 
 def _cleanup(client: redis.Redis, prefix: str) -> None:

@@ -4,7 +4,7 @@ import pytest
 from bus_helpers import source
 from pydantic import ValidationError
 
-from bus.events import (
+from thundersync.bus.events import (
     BarrierStats,
     BatchClosed,
     Event,
@@ -20,7 +20,7 @@ from bus.events import (
     decode_event,
     encode_event,
 )
-from bus.protocol import Topic, default_topic
+from thundersync.bus.protocol import Topic, default_topic
 
 
 def test_every_event_type_round_trips_through_json() -> None:

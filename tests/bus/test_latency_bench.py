@@ -5,8 +5,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from bus.latency import percentile
-from tsrl.cli import app
+from thundersync.bus.latency import percentile
+from thundersync.cli import app
 
 
 def test_percentile_is_nearest_rank() -> None:

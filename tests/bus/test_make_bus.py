@@ -2,10 +2,10 @@ from __future__ import annotations
 
 import pytest
 
-from bus.factory import make_bus
-from bus.inproc import InProcessBus
-from bus.protocol import Bus, BusError
-from bus.redis_streams import RedisStreamsBus
+from thundersync.bus.factory import make_bus
+from thundersync.bus.inproc import InProcessBus
+from thundersync.bus.protocol import Bus, BusError
+from thundersync.bus.redis_streams import RedisStreamsBus
 
 
 def test_make_bus_builds_each_backend_behind_the_protocol() -> None:

@@ -14,17 +14,17 @@ from pathlib import Path
 import redis
 from bus_helpers import CLAIM_IDLE_S, REDIS_URL, drain, source
 
-from bus.ledger import ExactlyOnce, RedisLedger
-from bus.protocol import Topic
-from bus.redis_streams import RedisStreamsBus
+from thundersync.bus.ledger import ExactlyOnce, RedisLedger
+from thundersync.bus.protocol import Topic
+from thundersync.bus.redis_streams import RedisStreamsBus
 
 ROOT = Path(__file__).resolve().parents[2]
 
 _VICTIM = textwrap.dedent(
     """
     import sys, time
-    from bus.redis_streams import RedisStreamsBus
-    from bus.ledger import RedisLedger
+    from thundersync.bus.redis_streams import RedisStreamsBus
+    from thundersync.bus.ledger import RedisLedger
     bus = RedisStreamsBus(url=sys.argv[1], prefix=sys.argv[2], claim_idle_s=3600)
     sub = bus.subscribe("learner", "learner", "victim")
     got = []

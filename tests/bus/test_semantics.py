@@ -8,8 +8,8 @@ import time
 
 from bus_helpers import drain, source
 
-from bus.ledger import ExactlyOnce
-from bus.protocol import Bus, Topic
+from thundersync.bus.ledger import ExactlyOnce
+from thundersync.bus.protocol import Bus, Topic
 
 
 def test_messages_arrive_in_publish_order_per_topic(bus: Bus) -> None:

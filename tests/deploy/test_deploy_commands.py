@@ -26,7 +26,7 @@ from deploy_helpers import (
 )
 from typer.testing import CliRunner
 
-from tsrl.cli import app
+from thundersync.cli import app
 
 # Not registered yet when deploy/ was written (the run driver and its benchmark are in progress).
 PENDING = {("train",), ("bench", "speedup")}

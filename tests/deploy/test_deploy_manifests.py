@@ -264,7 +264,7 @@ def test_kustomization_and_secret_template() -> None:
 
 
 def test_recipe_configmap_loads(tmp_path: Path) -> None:
-    from tsrl.config import load_run_config
+    from thundersync.config import load_run_config
 
     (cm,) = load_yaml_docs(K8S / "configmap-recipe.yaml")
     for name, text in cm["data"].items():

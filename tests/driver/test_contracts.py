@@ -5,17 +5,17 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from bus.events import BarrierStats, LearnerReady, SourceKind, SourceReady, decode_event
-from bus.factory import BusKind, run_bus_kind
-from bus.inproc import InProcessBus
-from bus.protocol import BusError
-from driver.emit import OpdEmitter
-from driver.work_items import to_work_items
-from learner.sources import GrpoContent, GrpoReward, OpdTurn
-from rollout.trajectory import Trajectory, TrajectoryRef, Turn
-from tsrl.cli import app
-from tsrl.config import ConfigError, load_run_config, parse_set_overrides
-from tsrl.rundir import RunDirWriter
+from thundersync.bus.events import BarrierStats, LearnerReady, SourceKind, SourceReady, decode_event
+from thundersync.bus.factory import BusKind, run_bus_kind
+from thundersync.bus.inproc import InProcessBus
+from thundersync.bus.protocol import BusError
+from thundersync.cli import app
+from thundersync.config import ConfigError, load_run_config, parse_set_overrides
+from thundersync.driver.emit import OpdEmitter
+from thundersync.driver.work_items import to_work_items
+from thundersync.learner.sources import GrpoContent, GrpoReward, OpdTurn
+from thundersync.rollout.trajectory import Trajectory, TrajectoryRef, Turn
+from thundersync.rundir import RunDirWriter
 
 
 def test_train_refuses_the_inproc_bus_at_once_with_the_fix() -> None:
@@ -47,7 +47,7 @@ def test_one_set_parser_for_every_command() -> None:
 
 
 def test_rloo_with_groups_of_one_is_refused_before_the_run_starts(tmp_path) -> None:
-    from driver.run import RunDriver
+    from thundersync.driver.run import RunDriver
 
     cfg = load_run_config("grpo-toy", {"learner.estimator": "rloo"})
     cfg.rollout.group_size = 1  # a section assignment skips the cross-section rules

@@ -13,15 +13,15 @@ from pathlib import Path
 import pytest
 import redis
 
-from driver.faults import FaultPlan
-from driver.run import RunDriver, RunFailed
-from tsrl.config import load_run_config
-from tsrl.rundir import RunFiles
+from thundersync.config import load_run_config
+from thundersync.driver.faults import FaultPlan
+from thundersync.driver.run import RunDriver, RunFailed
+from thundersync.rundir import RunFiles
 
 DRIVER = """
 import sys
-from driver.run import RunDriver
-from tsrl.config import load_run_config
+from thundersync.driver.run import RunDriver
+from thundersync.config import load_run_config
 cfg = load_run_config("grpo-toy", {"updates": 200, "name": "lifecycle"})
 RunDriver(cfg, sys.argv[1], bus_kind=sys.argv[2]).run()
 """

@@ -9,18 +9,18 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from driver.replay import load_logged_batch, replay_gap
-from driver.run import RunDriver
-from learner.lora import adapted_names
-from learner.replay import replay_update
-from learner.trainer import Learner
-from rollout.checkpoint import load_state_dict
-from rollout.hf_engine import HFEngine
-from rollout.types import SamplingParams
-from tsrl.cli import app
-from tsrl.config import RunConfig, Schedule, load_run_config
-from tsrl.models import load_model
-from tsrl.rundir import RunFiles
+from thundersync.cli import app
+from thundersync.config import RunConfig, Schedule, load_run_config
+from thundersync.driver.replay import load_logged_batch, replay_gap
+from thundersync.driver.run import RunDriver
+from thundersync.learner.lora import adapted_names
+from thundersync.learner.replay import replay_update
+from thundersync.learner.trainer import Learner
+from thundersync.models import load_model
+from thundersync.rollout.checkpoint import load_state_dict
+from thundersync.rollout.hf_engine import HFEngine
+from thundersync.rollout.types import SamplingParams
+from thundersync.rundir import RunFiles
 
 SMALL = {"rollout.groups_per_update": 2, "rollout.group_size": 4, "model.lora_rank": 4}
 PROMPT = [1, 10, 11, 12, 13]

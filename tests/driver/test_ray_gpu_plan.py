@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from driver.ray_plan import NodeResources, PlacementError, PlacementRole, plan_placement
-from tsrl.config import ConfigError, PlacementStrategy, load_run_config
+from thundersync.config import ConfigError, PlacementStrategy, load_run_config
+from thundersync.driver.ray_plan import NodeResources, PlacementError, PlacementRole, plan_placement
 
 
 def node(gpus: float, cpus: float = 16, i: int = 0) -> NodeResources:
@@ -174,7 +174,7 @@ def cluster() -> Iterator[Any]:
 def test_every_role_lands_in_its_bundle_on_distinct_gpus(cluster: Any) -> None:
     import ray
 
-    from driver.ray_pg import actor_options, place, release
+    from thundersync.driver.ray_pg import actor_options, place, release
 
     cfg = load_run_config("opd-toy", OPD_PAPER)  # 4 + 2 + 2 = the cluster's 8 GPUs
     placement = place(cfg)
@@ -198,7 +198,7 @@ def test_every_role_lands_in_its_bundle_on_distinct_gpus(cluster: Any) -> None:
 def test_over_subscription_fails_before_any_actor_or_group(cluster: Any) -> None:
     from ray.util import placement_group_table
 
-    from driver.ray_pg import active_placement, place
+    from thundersync.driver.ray_pg import active_placement, place
 
     before = len(placement_group_table())
     cfg = load_run_config("opd-toy", {**OPD_PAPER, "placement.teacher_gpus": 4})
@@ -227,9 +227,9 @@ def test_vllm_replicas_report_their_node_urls(cluster: Any, tmp_path: Path) -> N
     import httpx
     import ray
 
-    from driver.ray_pg import place, release
-    from driver.ray_servers import remote_servers, start_vllm_replicas, stop_replicas
-    from rollout.vllm_server import VLLMServerConfig
+    from thundersync.driver.ray_pg import place, release
+    from thundersync.driver.ray_servers import remote_servers, start_vllm_replicas, stop_replicas
+    from thundersync.rollout.vllm_server import VLLMServerConfig
 
     fake = tmp_path / "fake-vllm"
     fake.write_text(FAKE_VLLM.format(python=sys.executable))
@@ -266,8 +266,8 @@ def test_grpo_run_trains_on_cpu_with_learner_ranks_on_fake_gpus(
 ) -> None:
     import ray
 
-    from driver.ray_pg import active_placement
-    from driver.run import RunDriver
+    from thundersync.driver.ray_pg import active_placement
+    from thundersync.driver.run import RunDriver
 
     cfg = load_run_config(
         "grpo-toy",

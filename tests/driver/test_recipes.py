@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from driver.replay import replay_gap
-from driver.run import RunDriver
-from tsrl.config import load_run_config
+from thundersync.config import load_run_config
+from thundersync.driver.replay import replay_gap
+from thundersync.driver.run import RunDriver
 
 
 @pytest.mark.slow

@@ -13,10 +13,10 @@ import pytest
 from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
 
-from driver.run import RunDriver
-from tsrl.cli import app
-from tsrl.config import load_run_config
-from tsrl.rundir import RunFiles
+from thundersync.cli import app
+from thundersync.config import load_run_config
+from thundersync.driver.run import RunDriver
+from thundersync.rundir import RunFiles
 
 
 def _last_json(text: str) -> dict[str, Any]:

@@ -11,14 +11,14 @@ from typing import Any
 import pytest
 import torch
 
-from bus.events import SourceKind, SourceReady
-from driver.replay import replay_gap
-from driver.run import RunDriver
-from rollout.checkpoint import load_state_dict
-from sandbox.envs import terminal_env
-from tsrl.config import ConfigError, load_run_config
-from tsrl.rundir import RunFiles
-from tsrl.smollm2 import smollm2_dir
+from thundersync.bus.events import SourceKind, SourceReady
+from thundersync.config import ConfigError, load_run_config
+from thundersync.driver.replay import replay_gap
+from thundersync.driver.run import RunDriver
+from thundersync.rollout.checkpoint import load_state_dict
+from thundersync.rundir import RunFiles
+from thundersync.sandbox.envs import terminal_env
+from thundersync.smollm2 import smollm2_dir
 
 # the sizes a user would pass with --set; seed 0's one group of 2 (easy-pwd-file) earns 0.0 and
 # 0.5 here, so GRPO has a non-zero direction

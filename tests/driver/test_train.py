@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from driver.faults import FaultPlan
-from driver.replay import replay_gap
-from driver.run import EXIT_CANCELLED, RunDriver, RunFailed
-from rollout.checkpoint import load_state_dict
-from tsrl.config import RunConfig, load_run_config
-from tsrl.rundir import RunFiles
+from thundersync.config import RunConfig, load_run_config
+from thundersync.driver.faults import FaultPlan
+from thundersync.driver.replay import replay_gap
+from thundersync.driver.run import EXIT_CANCELLED, RunDriver, RunFailed
+from thundersync.rollout.checkpoint import load_state_dict
+from thundersync.rundir import RunFiles
 
 
 def _metrics(run_dir: Path) -> list[dict]:
@@ -88,7 +88,7 @@ def test_killed_rollout_worker_reruns_and_nothing_partial_reaches_learner(
     cfg = _small(recipe)
     clean, faulty = tmp_path / "clean", tmp_path / "faulty"
     assert RunDriver(cfg, clean, log_batches=True).run() == 0
-    from driver.tasks import plan_update, task_pool
+    from thundersync.driver.tasks import plan_update, task_pool
 
     victim = plan_update(cfg, task_pool(cfg), 1)[1].traj_id
     assert (

@@ -18,14 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from driver.assemble import vllm_replicas
-from driver.ray_plan import PlacementError, role_demands
-from driver.replay import replay_gap
-from driver.run import RunDriver
-from rollout.vllm_server import VLLMServer, VLLMServerError, free_port
-from rollout.weight_wire import SHM_ROOT
-from tsrl.config import ConfigError, RunConfig, load_run_config
-from tsrl.rundir import RunFiles
+from thundersync.config import ConfigError, RunConfig, load_run_config
+from thundersync.driver.assemble import vllm_replicas
+from thundersync.driver.ray_plan import PlacementError, role_demands
+from thundersync.driver.replay import replay_gap
+from thundersync.driver.run import RunDriver
+from thundersync.rollout.vllm_server import VLLMServer, VLLMServerError, free_port
+from thundersync.rollout.weight_wire import SHM_ROOT
+from thundersync.rundir import RunFiles
 
 
 @pytest.mark.slow

@@ -10,8 +10,8 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 @pytest.mark.parametrize("objective", ["grpo", "opd"])
 def test_schedules_are_equal_on_cuda_in_fp32(objective: str) -> None:
-    from bench.equivalence import run_equivalence
-    from tsrl.config import Objective
+    from thundersync.bench.equivalence import run_equivalence
+    from thundersync.config import Objective
 
     res = run_equivalence(Objective(objective), updates=4, device="cuda")
     assert res["max_param_gap"] <= 1e-6, res
@@ -19,8 +19,8 @@ def test_schedules_are_equal_on_cuda_in_fp32(objective: str) -> None:
 
 @pytest.mark.parametrize("objective", ["grpo", "opd"])
 def test_bf16_on_cuda_steps_fp32_master_weights_within_the_paper_bound(objective: str) -> None:
-    from bench.equivalence import run_equivalence
-    from tsrl.config import Objective
+    from thundersync.bench.equivalence import run_equivalence
+    from thundersync.config import Objective
 
     res = run_equivalence(Objective(objective), updates=4, dtype="bfloat16", device="cuda")
     assert res["master_dtype"] == "float32" and res["compute_dtype"] == "bfloat16"
@@ -29,13 +29,13 @@ def test_bf16_on_cuda_steps_fp32_master_weights_within_the_paper_bound(objective
 
 
 def test_deterministic_mode_gives_the_same_bits_twice() -> None:
-    from bench.gpu_checks import determinism_check
+    from thundersync.bench.gpu_checks import determinism_check
 
     assert determinism_check("cuda", deterministic=True)["bitwise_equal"]
 
 
 def test_half_billion_parameter_update_fits_and_reports_peak_memory() -> None:
-    from bench.gpu_checks import memory_check
+    from thundersync.bench.gpu_checks import memory_check
 
     res = memory_check("cuda")
     assert 0.4 <= res["params_b"] <= 0.6 and res["master_dtype"] == "float32"

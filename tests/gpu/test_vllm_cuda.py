@@ -13,12 +13,12 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 
 def test_vllm_cuda_generates_scores_and_loads_weights_from_shared_memory(tmp_path: Path) -> None:
-    from rollout.types import SamplingParams
-    from rollout.vllm_engine import VLLMEngine
-    from rollout.vllm_server import VLLMServer, VLLMServerConfig, VLLMServerError
-    from rollout.weight_wire import segment_path, write_shm
-    from teacher.scorer import ScoreRequest, VLLMScorer
-    from tsrl.models import build_tiny_model, load_model
+    from thundersync.models import build_tiny_model, load_model
+    from thundersync.rollout.types import SamplingParams
+    from thundersync.rollout.vllm_engine import VLLMEngine
+    from thundersync.rollout.vllm_server import VLLMServer, VLLMServerConfig, VLLMServerError
+    from thundersync.rollout.weight_wire import segment_path, write_shm
+    from thundersync.teacher.scorer import ScoreRequest, VLLMScorer
 
     mdir = build_tiny_model(tmp_path / "m", seed=0, hidden=128)
     cfg = VLLMServerConfig(model=str(mdir), enforce_eager=False, gpu_memory_utilization=0.3)
@@ -53,7 +53,7 @@ def test_vllm_cuda_generates_scores_and_loads_weights_from_shared_memory(tmp_pat
         # v2 by NCCL broadcast from CUDA tensors (the learner's side), joined by the replica
         import threading
 
-        from rollout.weight_broadcast import WeightBroadcaster
+        from thundersync.rollout.weight_broadcast import WeightBroadcaster
 
         v2 = {k: (v - 0.03).cuda() for k, v in new.items()}
         sender = WeightBroadcaster(receivers=1, timeout_s=120)

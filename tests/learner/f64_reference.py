@@ -22,8 +22,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from learner.replay import LoggedBatch
-from learner.sources import GrpoContent, GrpoReward, OpdTurn
+from thundersync.learner.replay import LoggedBatch
+from thundersync.learner.sources import GrpoContent, GrpoReward, OpdTurn
 
 
 @dataclass(frozen=True)

@@ -11,12 +11,12 @@ import pytest
 import torch
 from torch import nn
 
-from learner.arch import UnsupportedArchitecture, check_cuttable, config_problems
-from learner.reference import reference_loss
-from learner.replay import LoggedBatch, make_grpo_batch, make_opd_batch, replay_update
-from learner.trainer import Learner
-from tsrl.config import Arch, RunConfig, Schedule, load_run_config
-from tsrl.models import build_tiny_model, load_model, load_tokenizer, tiny_config
+from thundersync.config import Arch, RunConfig, Schedule, load_run_config
+from thundersync.learner.arch import UnsupportedArchitecture, check_cuttable, config_problems
+from thundersync.learner.reference import reference_loss
+from thundersync.learner.replay import LoggedBatch, make_grpo_batch, make_opd_batch, replay_update
+from thundersync.learner.trainer import Learner
+from thundersync.models import build_tiny_model, load_model, load_tokenizer, tiny_config
 
 # ---- streamed == sync per family ---------------------------------------------------------------
 
@@ -189,7 +189,7 @@ def test_bench_equivalence_takes_an_arch_and_reports_it() -> None:
 
     from typer.testing import CliRunner
 
-    from tsrl.cli import app
+    from thundersync.cli import app
 
     args = ["bench", "equivalence", "--objective", "opd", "--arch", "qwen3", "--updates", "1"]
     res = CliRunner().invoke(app, [*args, "--json"])

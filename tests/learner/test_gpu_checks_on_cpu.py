@@ -6,7 +6,7 @@ import torch
 
 
 def test_determinism_check_runs_and_is_bitwise_on_cpu() -> None:
-    from bench.gpu_checks import determinism_check
+    from thundersync.bench.gpu_checks import determinism_check
 
     res = determinism_check("cpu", deterministic=True)
     assert res["bitwise_equal"] and res["max_abs_diff"] == 0.0
@@ -14,7 +14,7 @@ def test_determinism_check_runs_and_is_bitwise_on_cpu() -> None:
 
 
 def test_memory_check_runs_bf16_with_fp32_master_on_cpu() -> None:
-    from bench.gpu_checks import memory_check
+    from thundersync.bench.gpu_checks import memory_check
 
     res = memory_check("cpu", small=True)
     assert res["master_dtype"] == "float32"

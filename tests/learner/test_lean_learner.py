@@ -9,12 +9,12 @@ import pytest
 import torch
 from torch import nn
 
-from learner.accumulators import BufferPool, FlatSpec, add_into
-from learner.logprobs import scored_logprobs
-from learner.replay import LoggedBatch, replay_sources
-from learner.trainer import Learner
-from tsrl.config import RunConfig, Schedule, load_run_config
-from tsrl.models import load_model
+from thundersync.config import RunConfig, Schedule, load_run_config
+from thundersync.learner.accumulators import BufferPool, FlatSpec, add_into
+from thundersync.learner.logprobs import scored_logprobs
+from thundersync.learner.replay import LoggedBatch, replay_sources
+from thundersync.learner.trainer import Learner
+from thundersync.models import load_model
 
 
 def _cfg(objective: str = "grpo", **learner: object) -> RunConfig:
@@ -169,7 +169,7 @@ def test_admission_by_bytes_holds_one_group_at_a_time_and_still_finishes(
 def test_narrowing_in_place_equals_a_plain_cast_and_reuses_the_storage(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import learner.accumulators as acc
+    import thundersync.learner.accumulators as acc
 
     monkeypatch.setattr(acc, "_CHUNK", 7)  # many chunks, including ones that overlap their input
     v = torch.randn(1001, dtype=torch.float64, generator=torch.Generator().manual_seed(3)) * 1e3

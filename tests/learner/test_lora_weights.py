@@ -9,13 +9,13 @@ import pytest
 import torch
 from torch import nn
 
-from learner.checkpoint import load_checkpoint, save_checkpoint
-from learner.lora import adapted_names, apply_lora, merged_state_dict
-from learner.replay import LoggedBatch, replay_update
-from learner.trainer import Learner
-from rollout.hf_engine import HFEngine
-from tsrl.config import Schedule, load_run_config
-from tsrl.models import load_model
+from thundersync.config import Schedule, load_run_config
+from thundersync.learner.checkpoint import load_checkpoint, save_checkpoint
+from thundersync.learner.lora import adapted_names, apply_lora, merged_state_dict
+from thundersync.learner.replay import LoggedBatch, replay_update
+from thundersync.learner.trainer import Learner
+from thundersync.models import load_model
+from thundersync.rollout.hf_engine import HFEngine
 
 RANK, ALPHA = 4, 16.0
 IDS = torch.tensor([[1, 10, 11, 12, 13, 40, 41, 7, 300, 5]])

@@ -5,8 +5,8 @@ import random
 import pytest
 import torch
 
-from learner.objectives import ESTIMATORS, advantages, group_coefficients
-from tsrl.config import Estimator
+from thundersync.config import Estimator
+from thundersync.learner.objectives import ESTIMATORS, advantages, group_coefficients
 
 
 @pytest.mark.parametrize("estimator", list(ESTIMATORS))

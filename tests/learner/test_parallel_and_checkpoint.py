@@ -5,12 +5,12 @@ from pathlib import Path
 
 import torch
 
-from bench.equivalence import run_equivalence
-from learner.checkpoint import load_checkpoint, save_checkpoint
-from learner.replay import make_grpo_batch, replay_update
-from learner.trainer import Learner
-from tsrl.config import Objective, Schedule, load_run_config
-from tsrl.models import load_model
+from thundersync.bench.equivalence import run_equivalence
+from thundersync.config import Objective, Schedule, load_run_config
+from thundersync.learner.checkpoint import load_checkpoint, save_checkpoint
+from thundersync.learner.replay import make_grpo_batch, replay_update
+from thundersync.learner.trainer import Learner
+from thundersync.models import load_model
 
 
 def test_two_rank_fsdp2_equals_one_rank() -> None:

@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from learner.boundary import run_segment
-from learner.checkpoint import load_checkpoint, save_checkpoint
-from learner.logprobs import scored_logprobs
-from learner.replay import LoggedBatch, make_grpo_batch, replay_update
-from learner.sources import GrpoContent, GrpoGroupSpec, GrpoReward, OpdTurn
-from learner.trainer import Learner
-from tsrl.config import RunConfig, Schedule, load_run_config
-from tsrl.models import load_model
+from thundersync.config import RunConfig, Schedule, load_run_config
+from thundersync.learner.boundary import run_segment
+from thundersync.learner.checkpoint import load_checkpoint, save_checkpoint
+from thundersync.learner.logprobs import scored_logprobs
+from thundersync.learner.replay import LoggedBatch, make_grpo_batch, replay_update
+from thundersync.learner.sources import GrpoContent, GrpoGroupSpec, GrpoReward, OpdTurn
+from thundersync.learner.trainer import Learner
+from thundersync.models import load_model
 
 
 def _cfg(objective: str = "grpo", **learner: object) -> RunConfig:
@@ -111,9 +111,9 @@ def test_learner_device_auto_is_cpu_here_and_cuda_without_a_gpu_is_refused(
 
 
 def test_bf16_run_trains_end_to_end_and_publishes_bf16_weights(tmp_path: Path) -> None:
-    from driver.run import RunDriver
-    from rollout.checkpoint import load_state_dict
-    from tsrl.rundir import RunFiles
+    from thundersync.driver.run import RunDriver
+    from thundersync.rollout.checkpoint import load_state_dict
+    from thundersync.rundir import RunFiles
 
     cfg = load_run_config(
         "grpo-toy",

@@ -7,13 +7,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from learner.barrier import BarrierError
-from learner.reference import reference_loss
-from learner.replay import LoggedBatch, replay_sources, replay_update
-from learner.sources import GrpoContent, GrpoReward
-from learner.trainer import Learner
-from tsrl.config import Schedule, load_run_config
-from tsrl.models import load_model
+from thundersync.config import Schedule, load_run_config
+from thundersync.learner.barrier import BarrierError
+from thundersync.learner.reference import reference_loss
+from thundersync.learner.replay import LoggedBatch, replay_sources, replay_update
+from thundersync.learner.sources import GrpoContent, GrpoReward
+from thundersync.learner.trainer import Learner
+from thundersync.models import load_model
 
 
 def _cfg(objective: str = "grpo", **learner: object) -> object:

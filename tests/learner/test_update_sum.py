@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from learner.accumulators import BufferPool, FlatSpec, ParamSum
-from learner.update_sum import _BLOCK, _CHUNK, UpdateAccumulator
+from thundersync.learner.accumulators import BufferPool, FlatSpec, ParamSum
+from thundersync.learner.update_sum import _BLOCK, _CHUNK, UpdateAccumulator
 
 
 def _parts(n: int, k: int, seed: int) -> list[torch.Tensor]:

@@ -8,13 +8,18 @@ from typing import Any
 
 import pytest
 
-from rollout.agent_loop import AgentLoop, AgentLoopConfig, RolloutTask
-from rollout.chat import TokenizerChatFormat, truncate_head_tail
-from rollout.hf_engine import HFEngine
-from rollout.trajectory import Trajectory, Turn, from_generator_output, to_generator_output
-from rollout.types import SamplingParams
-from sandbox.envs.calc_env import ToyCalcEnv
-from tsrl.models import load_tokenizer
+from thundersync.models import load_tokenizer
+from thundersync.rollout.agent_loop import AgentLoop, AgentLoopConfig, RolloutTask
+from thundersync.rollout.chat import TokenizerChatFormat, truncate_head_tail
+from thundersync.rollout.hf_engine import HFEngine
+from thundersync.rollout.trajectory import (
+    Trajectory,
+    Turn,
+    from_generator_output,
+    to_generator_output,
+)
+from thundersync.rollout.types import SamplingParams
+from thundersync.sandbox.envs.calc_env import ToyCalcEnv
 
 PROMPT = [{"role": "user", "content": "What is 2+3?"}]
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from rollout.gate import StaleRequestError, VersionGate, VersionTimeoutError
-from rollout.hf_engine import HFEngine
-from rollout.publisher import WeightPublisher
-from rollout.types import SamplingParams
+from thundersync.rollout.gate import StaleRequestError, VersionGate, VersionTimeoutError
+from thundersync.rollout.hf_engine import HFEngine
+from thundersync.rollout.publisher import WeightPublisher
+from thundersync.rollout.types import SamplingParams
 
 PROMPT = [1, 10, 11, 12, 13]
 

@@ -13,7 +13,7 @@ import pytest
 import skyrl_gym
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 
-from rollout.evaluation import pass_at_k, run_eval
+from thundersync.rollout.evaluation import pass_at_k, run_eval
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -85,7 +85,7 @@ def test_cli_eval_on_the_shipped_toy_fixtures_prints_json_last(tiny_model_dir: P
         [
             sys.executable,
             "-m",
-            "tsrl.cli",
+            "thundersync.cli",
             "eval",
             "--model",
             str(tiny_model_dir),

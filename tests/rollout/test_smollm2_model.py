@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from rollout.chat import TokenizerChatFormat
-from rollout.hf_engine import HFEngine
-from rollout.types import SamplingParams
+from thundersync.rollout.chat import TokenizerChatFormat
+from thundersync.rollout.hf_engine import HFEngine
+from thundersync.rollout.types import SamplingParams
 
 pytestmark = pytest.mark.slow
 
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 def test_smollm2_extracts_untied_and_answers_a_question(tmp_path: Path) -> None:
     from transformers import AutoTokenizer
 
-    from tsrl.smollm2 import build_smollm2
+    from thundersync.smollm2 import build_smollm2
 
     out = build_smollm2(tmp_path / "smol")
     cfg = json.loads((out / "config.json").read_text())

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rollout.vllm_server import VLLMServer, VLLMServerConfig
+from thundersync.rollout.vllm_server import VLLMServer, VLLMServerConfig
 
 
 def test_a_relative_model_dir_is_made_absolute_and_a_name_is_left_alone(

@@ -9,11 +9,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from driver.publish import PolicyWriter
-from rollout.hf_engine import HFEngine
-from rollout.replicas import ReplicaLoadError, ReplicaSet
-from rollout.types import SamplingParams
-from rollout.weight_wire import (
+from thundersync.config import load_run_config
+from thundersync.driver.publish import PolicyWriter
+from thundersync.models import load_model
+from thundersync.rollout.hf_engine import HFEngine
+from thundersync.rollout.replicas import ReplicaLoadError, ReplicaSet
+from thundersync.rollout.types import SamplingParams
+from thundersync.rollout.weight_wire import (
     ShmWeights,
     WeightWireError,
     iter_shm,
@@ -22,9 +24,7 @@ from rollout.weight_wire import (
     sweep_orphans,
     write_shm,
 )
-from tsrl.config import load_run_config
-from tsrl.models import load_model
-from tsrl.rundir import RunFiles
+from thundersync.rundir import RunFiles
 
 PROMPT = [1, 10, 11, 12, 13]
 
@@ -146,7 +146,7 @@ def test_segments_of_dead_runs_are_swept_and_live_ones_kept(tmp_path: Path) -> N
 def test_broadcast_reaches_every_receiver_bit_for_bit_in_buckets() -> None:
     import threading
 
-    from rollout.weight_broadcast import WeightBroadcaster, receive
+    from thundersync.rollout.weight_broadcast import WeightBroadcaster, receive
 
     sd = {
         "big": torch.randn(300, 1000),  # 1.2 MB: several buckets at the small size below
@@ -155,7 +155,7 @@ def test_broadcast_reaches_every_receiver_bit_for_bit_in_buckets() -> None:
         "t": torch.randn(5, 5)[:, 1:4],  # non-contiguous
     }
     sender = WeightBroadcaster(receivers=2, timeout_s=60)
-    import rollout.weight_broadcast as wb
+    import thundersync.rollout.weight_broadcast as wb
 
     old, wb.BUCKET_BYTES = wb.BUCKET_BYTES, 500_000
     try:

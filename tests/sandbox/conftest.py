@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from sandbox.executor import SessionSpec
-from sandbox.local import LocalExecutor, LocalSession
+from thundersync.sandbox.executor import SessionSpec
+from thundersync.sandbox.local import LocalExecutor, LocalSession
 
 
 @pytest.fixture(scope="session")

@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from sandbox.docker_backend import DockerExecutor, DockerSession
-from sandbox.executor import ExecResult, SandboxError, SessionSpec
-from sandbox.selftest import ATTACKS, run_selftest
+from thundersync.sandbox.docker_backend import DockerExecutor, DockerSession
+from thundersync.sandbox.executor import ExecResult, SandboxError, SessionSpec
+from thundersync.sandbox.selftest import ATTACKS, run_selftest
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from sandbox.docker_backend import DockerExecutor, DockerSession
-from sandbox.executor import ExecOutputLost, Limits, SessionSpec
+from thundersync.sandbox.docker_backend import DockerExecutor, DockerSession
+from thundersync.sandbox.executor import ExecOutputLost, Limits, SessionSpec
 
 
 @pytest.fixture(scope="module")

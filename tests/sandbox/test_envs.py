@@ -10,18 +10,18 @@ from typing import Any
 
 import pytest
 
-from driver.tasks import task_pool
-from sandbox.envs import EnvId, base
-from sandbox.envs.catalogue import CATALOGUE
-from sandbox.envs.check import check_swe
-from sandbox.envs.digits_env import DigitsEnv
-from sandbox.envs.fixtures import SWESMITH_INSTANCES, TERMINAL_DIR
-from sandbox.envs.swesmith import load_instances
-from sandbox.envs.terminal_env import TerminalEnv
-from sandbox.executor import ExecResult, SessionSpec
-from sandbox.local import LocalExecutor
-from sandbox.pool import SandboxPool
-from tsrl.config import EnvName, load_run_config
+from thundersync.config import EnvName, load_run_config
+from thundersync.driver.tasks import task_pool
+from thundersync.sandbox.envs import EnvId, base
+from thundersync.sandbox.envs.catalogue import CATALOGUE
+from thundersync.sandbox.envs.check import check_swe
+from thundersync.sandbox.envs.digits_env import DigitsEnv
+from thundersync.sandbox.envs.fixtures import SWESMITH_INSTANCES, TERMINAL_DIR
+from thundersync.sandbox.envs.swesmith import load_instances
+from thundersync.sandbox.envs.terminal_env import TerminalEnv
+from thundersync.sandbox.executor import ExecResult, SessionSpec
+from thundersync.sandbox.local import LocalExecutor
+from thundersync.sandbox.pool import SandboxPool
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.envs.fixtures import SWESMITH_INSTANCES, fixture_mirrors
-from sandbox.envs.swesmith import git, load_instances
+from thundersync.sandbox.envs.fixtures import SWESMITH_INSTANCES, fixture_mirrors
+from thundersync.sandbox.envs.swesmith import git, load_instances
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from sandbox.envs.check import check_swe, check_terminal
-from sandbox.envs.fixtures import SWESMITH_INSTANCES, TERMINAL_DIR
-from sandbox.envs.hacks import run_hacks, summarize
-from sandbox.envs.hacks_defs import HACKS, SWE, TB1
-from sandbox.envs.swesmith import load_instances
-from sandbox.local import LocalExecutor
+from thundersync.sandbox.envs.check import check_swe, check_terminal
+from thundersync.sandbox.envs.fixtures import SWESMITH_INSTANCES, TERMINAL_DIR
+from thundersync.sandbox.envs.hacks import run_hacks, summarize
+from thundersync.sandbox.envs.hacks_defs import HACKS, SWE, TB1
+from thundersync.sandbox.envs.swesmith import load_instances
+from thundersync.sandbox.local import LocalExecutor
 
 # Hacks that win today (none: the two JUnit forgeries are refused since the graders check the
 # runner's exit code against its report, `sandbox.envs.junit.check_runner_agrees`).
@@ -39,7 +39,7 @@ DOCKER_SUBSET = [
 
 @pytest.fixture(scope="module")
 def local_run() -> tuple[int, list[dict[str, Any]], dict[str, Any]]:
-    from tsrl.cli import app
+    from thundersync.cli import app
 
     r = CliRunner().invoke(app, ["env", "check", "--hacks", "--backend", "local", "--json"])
     lines = [json.loads(line) for line in r.output.splitlines() if line.startswith("{")]
@@ -73,7 +73,7 @@ def test_every_hack_but_the_known_holes_is_defeated_locally(
 
 
 def test_one_hack_per_channel_is_defeated_on_docker() -> None:
-    from sandbox.docker_backend import DockerExecutor
+    from thundersync.sandbox.docker_backend import DockerExecutor
 
     picked = [h for h in HACKS if h.name in DOCKER_SUBSET]
     assert len(picked) == len(DOCKER_SUBSET)

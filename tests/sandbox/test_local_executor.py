@@ -5,8 +5,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sandbox.executor import Backend, ExecResult, Limits, Session, SessionSpec, get_executor
-from sandbox.local import LocalExecutor, LocalSession
+from thundersync.sandbox.executor import (
+    Backend,
+    ExecResult,
+    Limits,
+    Session,
+    SessionSpec,
+    get_executor,
+)
+from thundersync.sandbox.local import LocalExecutor, LocalSession
 
 
 def test_exec_returns_typed_result_with_exit_code_and_streams(local_session: LocalSession) -> None:
@@ -81,7 +88,16 @@ def test_backend_registry_and_protocol(local_session: LocalSession) -> None:
 
 def test_selftest_cli_contains_every_attack() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "tsrl.cli", "sandbox", "selftest", "--backend", "local", "--json"],
+        [
+            sys.executable,
+            "-m",
+            "thundersync.cli",
+            "sandbox",
+            "selftest",
+            "--backend",
+            "local",
+            "--json",
+        ],
         capture_output=True,
         text=True,
         timeout=600,

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from sandbox import netns
-from sandbox.executor import SandboxError, SessionSpec
-from sandbox.local import LocalExecutor
+from thundersync.sandbox import netns
+from thundersync.sandbox.executor import SandboxError, SessionSpec
+from thundersync.sandbox.local import LocalExecutor
 
 
 def _answers(port: int, host: str = "127.0.0.1") -> bool:
@@ -87,9 +87,9 @@ def test_networked_docker_sandbox_cannot_reach_host_services(listener: int) -> N
     networked container in (`sandbox.bridge_net`)."""
     import subprocess
 
-    from sandbox import bridge_net
-    from sandbox.bridge_net import host_gateways
-    from sandbox.docker_backend import DockerExecutor
+    from thundersync.sandbox import bridge_net
+    from thundersync.sandbox.bridge_net import host_gateways
+    from thundersync.sandbox.docker_backend import DockerExecutor
 
     ex = DockerExecutor()
     # start from a host without the rules (an earlier run left them): the session must add them

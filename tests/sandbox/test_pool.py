@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.executor import SessionSpec
-from sandbox.local import LocalExecutor
-from sandbox.pool import PoolExhausted, SandboxPool, cleanup_orphans
+from thundersync.sandbox.executor import SessionSpec
+from thundersync.sandbox.local import LocalExecutor
+from thundersync.sandbox.pool import PoolExhausted, SandboxPool, cleanup_orphans
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -120,11 +120,11 @@ def test_failed_reset_discards_the_session(base: Path, spec: SessionSpec) -> Non
 CRASHER = textwrap.dedent(
     """
     import os, sys, time
-    from sandbox.executor import SessionSpec
-    from sandbox.pool import SandboxPool
+    from thundersync.sandbox.executor import SessionSpec
+    from thundersync.sandbox.pool import SandboxPool
     backend = sys.argv[1]
     if backend == "local":
-        from sandbox.local import LocalExecutor
+        from thundersync.sandbox.local import LocalExecutor
         pool = SandboxPool(LocalExecutor(base_dir=sys.argv[2]), max_sessions=3)
     else:
         pool = SandboxPool("docker", max_sessions=3)
@@ -193,7 +193,7 @@ def test_a_new_pool_cleans_up_after_a_crashed_one(base: Path, spec: SessionSpec)
 def test_docker_pool_resets_and_cleans_up_a_crashed_owners_containers(
     spec: SessionSpec,
 ) -> None:
-    from sandbox.docker_backend import LABEL, DockerExecutor
+    from thundersync.sandbox.docker_backend import LABEL, DockerExecutor
 
     ex = DockerExecutor()
     with SandboxPool(ex, max_sessions=1) as pool:

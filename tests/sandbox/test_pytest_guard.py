@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.envs.fixtures import SWESMITH_DIR
-from sandbox.envs.hacks_defs import PATCH_REPORTS, REGISTER_PLUGIN
-from sandbox.envs.junit import Status
-from sandbox.envs.swesmith_eval import GUARD_SOURCE, guard_findings
+from thundersync.sandbox.envs.fixtures import SWESMITH_DIR
+from thundersync.sandbox.envs.hacks_defs import PATCH_REPORTS, REGISTER_PLUGIN
+from thundersync.sandbox.envs.junit import Status
+from thundersync.sandbox.envs.swesmith_eval import GUARD_SOURCE, guard_findings
 
 
 def _run(

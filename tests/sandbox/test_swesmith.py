@@ -6,11 +6,11 @@ from pathlib import Path
 import pytest
 import skyrl_gym
 
-import sandbox.envs  # noqa: F401  (registers the envs)
-from sandbox.envs.fixtures import SWESMITH_INSTANCES
-from sandbox.envs.junit import parse_junit, uncollected_files
-from sandbox.envs.swesmith import RecordError, Status, load_instances, parse_pytest_log
-from sandbox.envs.swesmith_eval import drop_test_edits, grade
+import thundersync.sandbox.envs  # noqa: F401  (registers the envs)
+from thundersync.sandbox.envs.fixtures import SWESMITH_INSTANCES
+from thundersync.sandbox.envs.junit import parse_junit, uncollected_files
+from thundersync.sandbox.envs.swesmith import RecordError, Status, load_instances, parse_pytest_log
+from thundersync.sandbox.envs.swesmith_eval import drop_test_edits, grade
 
 # A log in the format swebench's pytest parser documents: -v lines plus the -rA summary.
 LOG = """+ : '>>>>> Start Test Output'

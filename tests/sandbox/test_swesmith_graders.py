@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from sandbox.envs.check import check_swe
-from sandbox.envs.fixtures import SWESMITH_INSTANCES
-from sandbox.envs.swesmith import load_instances
-from sandbox.envs.swesmith_env import SWESmithEnv
-from sandbox.envs.swesmith_eval import runner_edits
-from sandbox.local import LocalExecutor
+from thundersync.sandbox.envs.check import check_swe
+from thundersync.sandbox.envs.fixtures import SWESMITH_INSTANCES
+from thundersync.sandbox.envs.swesmith import load_instances
+from thundersync.sandbox.envs.swesmith_env import SWESmithEnv
+from thundersync.sandbox.envs.swesmith_eval import runner_edits
+from thundersync.sandbox.local import LocalExecutor
 
 INST = next(
     i for i in load_instances(SWESMITH_INSTANCES) if i.instance_id.startswith("minicalc__clamp")
@@ -154,8 +154,8 @@ def test_a_registered_non_pytest_profile_grades_from_its_own_junit_report() -> N
     write the JUnit report (here pytest's `--junit-xml` alias stands in for jest-junit or
     gotestsum, which this machine lacks); grading reads that report and the exit code, and the
     pytest-only guard is neither installed nor asked for."""
-    from sandbox.envs.swesmith_eval import eval_script
-    from sandbox.envs.swesmith_profiles import RepoProfile, profile_for, register
+    from thundersync.sandbox.envs.swesmith_eval import eval_script
+    from thundersync.sandbox.envs.swesmith_profiles import RepoProfile, profile_for, register
 
     fixture_profile = profile_for(INST)
     assert fixture_profile.is_pytest

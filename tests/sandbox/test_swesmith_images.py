@@ -17,16 +17,17 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from sandbox.envs.check import check_swe
-from sandbox.envs.fixtures import (
+from thundersync.cli_data import import_records
+from thundersync.sandbox.envs.check import check_swe
+from thundersync.sandbox.envs.fixtures import (
     FIXTURE_IMAGE_PREFIX,
     SWESMITH_INSTANCES,
     ensure_swesmith_image,
 )
-from sandbox.envs.swesmith import ImageMissing, RecordError, load_instances
-from sandbox.envs.swesmith_env import SWESmithEnv
-from sandbox.envs.swesmith_eval import eval_script
-from sandbox.envs.swesmith_profiles import (
+from thundersync.sandbox.envs.swesmith import ImageMissing, RecordError, load_instances
+from thundersync.sandbox.envs.swesmith_env import SWESmithEnv
+from thundersync.sandbox.envs.swesmith_eval import eval_script
+from thundersync.sandbox.envs.swesmith_profiles import (
     DEFAULT,
     SWESMITH_PYTHON,
     RepoProfile,
@@ -34,7 +35,6 @@ from sandbox.envs.swesmith_profiles import (
     register,
     unregister,
 )
-from tsrl.cli_data import import_records
 
 INST = next(
     i for i in load_instances(SWESMITH_INSTANCES) if i.instance_id.startswith("minicalc__clamp")
@@ -44,7 +44,7 @@ IMAGE = f"{FIXTURE_IMAGE_PREFIX}minicalc.fixture"  # the shipped fixture image o
 
 @pytest.fixture(scope="session")
 def docker_executor() -> Any:
-    from sandbox.docker_backend import DockerExecutor
+    from thundersync.sandbox.docker_backend import DockerExecutor
 
     return DockerExecutor()
 
@@ -191,7 +191,7 @@ def test_importer_names_line_and_field_of_a_bad_record(tmp_path: Path) -> None:
 
 
 def test_importer_cli_and_parquet_without_pyarrow(tmp_path: Path) -> None:
-    from tsrl.cli_groups import app
+    from thundersync.cli_groups import app
 
     out = tmp_path / "tasks.jsonl"
     args = ["data", "import", "swe-smith", str(_published(tmp_path)), "--out", str(out)]

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import images
-from sandbox.docker_backend import DockerExecutor
-from sandbox.envs.check import check_terminal, summarize
-from sandbox.envs.fixtures import TERMINAL_DIR
-from sandbox.envs.terminal import load_task
-from sandbox.envs.terminal_env import TerminalEnv
-from sandbox.executor import SandboxError, SessionSpec
-from sandbox.local import LocalExecutor
+from thundersync.sandbox import images
+from thundersync.sandbox.docker_backend import DockerExecutor
+from thundersync.sandbox.envs.check import check_terminal, summarize
+from thundersync.sandbox.envs.fixtures import TERMINAL_DIR
+from thundersync.sandbox.envs.terminal import load_task
+from thundersync.sandbox.envs.terminal_env import TerminalEnv
+from thundersync.sandbox.executor import SandboxError, SessionSpec
+from thundersync.sandbox.local import LocalExecutor
 
 IMAGE_FIXTURES = ("tb1-image-seed", "harbor-image-tool", "seta-image-numbers")
 
@@ -146,8 +146,8 @@ def test_local_backend_builds_nothing_and_reports_image_tasks(
 
 
 def test_local_catalogue_leaves_out_fixtures_needing_their_image() -> None:
-    from sandbox.envs.catalogue import terminal_tasks
-    from tsrl.config import load_run_config
+    from thundersync.config import load_run_config
+    from thundersync.sandbox.envs.catalogue import terminal_tasks
 
     names = {
         sb: {r.name for r in terminal_tasks(load_run_config(overrides={"env.sandbox": sb}))}

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import skyrl_gym
 
-import sandbox.envs  # noqa: F401  (registers the envs)
-from sandbox.envs.fixtures import TERMINAL_DIR
-from sandbox.envs.terminal import Layout, TaskError, load_task
+import thundersync.sandbox.envs  # noqa: F401  (registers the envs)
+from thundersync.sandbox.envs.fixtures import TERMINAL_DIR
+from thundersync.sandbox.envs.terminal import Layout, TaskError, load_task
 
 
 def test_both_layouts_load_with_timeouts_weights_and_limits() -> None:
@@ -75,7 +75,7 @@ def test_agent_cannot_see_tests_before_verification() -> None:
 
 def test_env_check_all_gold_earns_one_and_noop_zero() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "tsrl.cli", "env", "check", "--all", "--json"],
+        [sys.executable, "-m", "thundersync.cli", "env", "check", "--all", "--json"],
         capture_output=True,
         text=True,
         timeout=900,
@@ -93,7 +93,7 @@ def test_env_check_single_task_path_and_bad_path_error(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "tsrl.cli",
+            "thundersync.cli",
             "env",
             "check",
             str(TERMINAL_DIR / "harbor-sort-unique"),
@@ -104,7 +104,7 @@ def test_env_check_single_task_path_and_bad_path_error(tmp_path: Path) -> None:
     )
     assert json.loads(ok.stdout.splitlines()[-1])["gold_ok"] == 1
     bad = subprocess.run(
-        [sys.executable, "-m", "tsrl.cli", "env", "check", str(tmp_path), "--json"],
+        [sys.executable, "-m", "thundersync.cli", "env", "check", str(tmp_path), "--json"],
         capture_output=True,
         text=True,
     )
@@ -142,7 +142,7 @@ def test_env_check_of_a_task_without_solution_says_gold_unchecked(tmp_path: Path
     h = tmp_path / "harbor-no-solution"
     shutil.copytree(TERMINAL_DIR / "harbor-sort-unique", h)
     shutil.rmtree(h / "solution")
-    cmd = [sys.executable, "-m", "tsrl.cli", "env", "check", str(h)]
+    cmd = [sys.executable, "-m", "thundersync.cli", "env", "check", str(h)]
     js = subprocess.run([*cmd, "--json"], capture_output=True, text=True, timeout=300)
     summary = json.loads(js.stdout.splitlines()[-1])
     assert js.returncode == 0, js.stderr
@@ -169,7 +169,7 @@ def test_local_verifier_can_write_data_and_output(tmp_path: Path) -> None:
     )
     (t / "run-tests.sh").write_text(runner)
     out = subprocess.run(
-        [sys.executable, "-m", "tsrl.cli", "env", "check", str(t), "--json"],
+        [sys.executable, "-m", "thundersync.cli", "env", "check", str(t), "--json"],
         capture_output=True,
         text=True,
         timeout=300,

@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
-from sandbox.envs.ctrf import CTRF_PATH, by_function, parse_ctrf, weighted
-from sandbox.envs.fixtures import TERMINAL_DIR
-from sandbox.envs.junit import ReportError
-from sandbox.envs.terminal import Layout, TaskError, load_task
-from sandbox.envs.terminal_env import TerminalEnv
-from sandbox.envs.terminal_verify import _tb1_verdict, ctrf_verdict
-from sandbox.executor import ExecResult
-from sandbox.local import LocalExecutor
+from thundersync.sandbox.envs.ctrf import CTRF_PATH, by_function, parse_ctrf, weighted
+from thundersync.sandbox.envs.fixtures import TERMINAL_DIR
+from thundersync.sandbox.envs.junit import ReportError
+from thundersync.sandbox.envs.terminal import Layout, TaskError, load_task
+from thundersync.sandbox.envs.terminal_env import TerminalEnv
+from thundersync.sandbox.envs.terminal_verify import _tb1_verdict, ctrf_verdict
+from thundersync.sandbox.executor import ExecResult
+from thundersync.sandbox.local import LocalExecutor
 
 SETA = TERMINAL_DIR / "seta-harbor-restock"
 HARBOR = TERMINAL_DIR / "harbor-sort-unique"

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from sandbox.envs.check import check_terminal
-from sandbox.envs.fixtures import TERMINAL_DIR
-from sandbox.envs.terminal import load_task
-from sandbox.envs.terminal_env import TerminalEnv
-from sandbox.local import LocalExecutor
+from thundersync.sandbox.envs.check import check_terminal
+from thundersync.sandbox.envs.fixtures import TERMINAL_DIR
+from thundersync.sandbox.envs.terminal import load_task
+from thundersync.sandbox.envs.terminal_env import TerminalEnv
+from thundersync.sandbox.local import LocalExecutor
 
 FORCE_PASS_CONFTEST = """
 import pytest

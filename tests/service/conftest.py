@@ -15,8 +15,8 @@ import pytest
 from fastapi.testclient import TestClient
 from service_helpers import ADMIN_TOKEN, bearer, make_settings, pg_admin
 
-from service.main import create_app
-from service.settings import Settings
+from thundersync.service.main import create_app
+from thundersync.service.settings import Settings
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -1,6 +1,6 @@
 """A stand-in run driver for the launcher's own tests: honours the run-directory contract of
 docs/CONTRACTS.md (metrics.jsonl, spans.jsonl, log.txt, status.json, CANCEL -> exit 3) without
-training anything, through the driver's own writer (`tsrl.rundir.RunDirWriter`). The acceptance
+training anything, through the driver's own writer (`thundersync.rundir.RunDirWriter`). The acceptance
 test uses the real `tsrl train`.
 
 Behaviour from the config's `name`: "fail..." exits 1 without status.json; "slow..." sleeps 0.2 s
@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from tsrl.rundir import RunDirWriter, RunStatus
+from thundersync.rundir import RunDirWriter, RunStatus
 
 
 def main() -> int:

@@ -11,8 +11,8 @@ import sys
 import time
 from pathlib import Path
 
-from bus.events import GroupRegistered
-from bus.factory import BusKind, open_run_bus
+from thundersync.bus.events import GroupRegistered
+from thundersync.bus.factory import BusKind, open_run_bus
 
 
 def main() -> int:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from service.settings import Settings
+from thundersync.service.settings import Settings
 
 PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 ADMIN_TOKEN = "admin-" + uuid.uuid4().hex

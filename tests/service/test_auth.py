@@ -9,8 +9,8 @@ from fastapi.testclient import TestClient
 from service_helpers import ADMIN_TOKEN, bearer, make_settings
 from sqlalchemy import create_engine, text
 
-from service.main import create_app
-from service.settings import Settings
+from thundersync.service.main import create_app
+from thundersync.service.settings import Settings
 
 
 def test_healthz_needs_no_token(client: TestClient) -> None:

@@ -10,7 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 from service_helpers import make_settings
 
-from service.main import create_app
+from thundersync.service.main import create_app
 
 Headers = Callable[[str], dict[str, str]]
 

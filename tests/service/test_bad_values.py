@@ -139,7 +139,7 @@ def test_recipe_with_bad_yaml_is_422_naming_file_and_line(
     (recipes / "unclosed.yaml").write_text("name: ok\nupdates: 2\nrollout: {group_size: 4\n")
     (recipes / "tab.yaml").write_text("name: ok\n\tupdates: 2\n")
     (recipes / "colon.yaml").write_text("name: ok\nupdates: 2: 3\n")
-    monkeypatch.setattr("tsrl.config.RECIPES_DIR", recipes)
+    monkeypatch.setattr("thundersync.config.RECIPES_DIR", recipes)
     for recipe, line in (("unclosed", "line 4"), ("tab", "line 2"), ("colon", "line 2")):
         res = client.post(RUNS, json={"recipe": recipe}, headers=admin)
         assert res.status_code == 422, res.text

@@ -18,8 +18,8 @@ import pytest
 from fastapi.testclient import TestClient
 from service_helpers import ADMIN_TOKEN, bearer, make_settings, wait_final, wait_for
 
-from service.main import create_app
-from service.settings import Settings
+from thundersync.service.main import create_app
+from thundersync.service.settings import Settings
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 DRIVER = [sys.executable, str(Path(__file__).with_name("redis_driver.py"))]

@@ -16,7 +16,7 @@ import pytest
 import uvicorn
 from service_helpers import ADMIN_TOKEN, make_settings
 
-from service.main import create_app
+from thundersync.service.main import create_app
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [

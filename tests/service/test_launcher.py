@@ -17,12 +17,12 @@ from service_helpers import ADMIN_TOKEN, FAKE_DRIVER, bearer, make_settings, wai
 from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
-from service.db import upgrade_to_head
-from service.main import create_app
-from service.models import Run, Token
-from service.security import hash_token
-from service.settings import Settings
-from tsrl.rundir import RunStatus
+from thundersync.rundir import RunStatus
+from thundersync.service.db import upgrade_to_head
+from thundersync.service.main import create_app
+from thundersync.service.models import Run, Token
+from thundersync.service.security import hash_token
+from thundersync.service.settings import Settings
 
 Headers = Callable[[str], dict[str, str]]
 
@@ -218,7 +218,7 @@ def test_ray_launcher_without_ray_names_the_fix(
 ) -> None:
     import sys
 
-    from service.launcher.supervisor import make_backend
+    from thundersync.service.launcher.supervisor import make_backend
 
     # ray is a dev dependency here: hide it, as on a machine without the [ray] extra
     monkeypatch.setitem(sys.modules, "ray", None)

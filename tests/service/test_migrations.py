@@ -28,9 +28,9 @@ from sqlalchemy import (
     text,
 )
 
-import service.models  # noqa: F401
+import thundersync.service.models  # noqa: F401
 from alembic import command
-from service.db import (
+from thundersync.service.db import (
     ALEMBIC_DIR,
     Base,
     UTCDateTime,

@@ -26,7 +26,7 @@ from schemathesis.specs.openapi.checks import (
 from service_helpers import ADMIN_TOKEN, make_settings, pg_admin
 from sqlalchemy import text
 
-from service.main import create_app
+from thundersync.service.main import create_app
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])

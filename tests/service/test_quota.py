@@ -12,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 from service_helpers import ADMIN_TOKEN, bearer, make_settings
 
-from service.main import create_app
+from thundersync.service.main import create_app
 
 RUN = {"recipe": "grpo-toy"}
 

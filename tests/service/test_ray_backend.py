@@ -13,8 +13,8 @@ from pathlib import Path
 from fastapi.testclient import TestClient
 from service_helpers import ADMIN_TOKEN, bearer, make_settings, wait_final, wait_for
 
-from service.launcher.ray_backend import RayJobBackend
-from service.main import create_app
+from thundersync.service.launcher.ray_backend import RayJobBackend
+from thundersync.service.main import create_app
 
 
 class JobStatus(str, Enum):  # noqa: UP042  (ray.job_submission.JobStatus is str + Enum)

@@ -12,11 +12,11 @@ from pathlib import Path
 from service_helpers import make_settings
 from sqlalchemy import select, text
 
-from service import crud
-from service.db import make_engine, make_session_factory, session_scope, upgrade_to_head
-from service.launcher import Launcher
-from service.models import Run, SpanRow, Token
-from tsrl.rundir import FINAL_STATUSES, RunDirWriter, RunFiles, RunStatus
+from thundersync.rundir import FINAL_STATUSES, RunDirWriter, RunFiles, RunStatus
+from thundersync.service import crud
+from thundersync.service.db import make_engine, make_session_factory, session_scope, upgrade_to_head
+from thundersync.service.launcher import Launcher
+from thundersync.service.models import Run, SpanRow, Token
 
 
 class _StillRunning:

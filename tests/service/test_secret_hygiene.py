@@ -20,9 +20,9 @@ from fastapi.testclient import TestClient
 from service_helpers import bearer, wait_final
 from typer.testing import CliRunner
 
-from service.main import create_app
-from service.settings import AdminTokenError, Settings, read_admin_token
-from tsrl.cli import app as cli
+from thundersync.cli import app as cli
+from thundersync.service.main import create_app
+from thundersync.service.settings import AdminTokenError, Settings, read_admin_token
 
 ROOT = Path(__file__).resolve().parents[2]
 ADMIN = "hygiene~admin~" + "Zy" * 12  # not hex: no coincidence with digests and ids in logs
@@ -88,7 +88,7 @@ def test_tsrl_serve_reads_the_admin_token_from_a_file_and_never_shows_it(tmp_pat
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("TSRL_")}
     log = tmp_path / "serve.log"
-    cmd = [sys.executable, "-m", "tsrl.cli", "serve", "--port", str(port)]
+    cmd = [sys.executable, "-m", "thundersync.cli", "serve", "--port", str(port)]
     cmd += ["--data-dir", str(tmp_path / "data"), "--admin-token-file", str(token_file)]
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)

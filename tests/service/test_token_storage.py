@@ -15,8 +15,8 @@ from fastapi.testclient import TestClient
 from service_helpers import bearer
 from sqlalchemy import create_engine, text
 
-from service.main import create_app
-from service.settings import Settings
+from thundersync.service.main import create_app
+from thundersync.service.settings import Settings
 
 PUBLIC_ID = re.compile(r"^tok_[A-Za-z0-9_-]{8}$")
 # Every 4-character window of these secrets holds a '~' or '!', which no stored value can hold by
@@ -63,7 +63,7 @@ def test_no_part_of_any_secret_is_stored(
         assert made.status_code == 201, made.text
         # a real secret: random, so only windows of 8+ characters are safe from coincidences
         secrets[made.json()["token"]] = 8
-        monkeypatch.setattr("service.crud_tokens.new_token", lambda: next(scripted))
+        monkeypatch.setattr("thundersync.service.crud_tokens.new_token", lambda: next(scripted))
         for name, is_admin in (("alice", False), ("bob", False), ("ops", True)):
             res = c.post(
                 "/api/v1/tokens",

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from rollout.hf_engine import HFEngine
-from rollout.types import SamplingParams
-from teacher.client import TeacherClient, TeacherError
-from teacher.scorer import HFScorer, ScoreRequest
+from thundersync.rollout.hf_engine import HFEngine
+from thundersync.rollout.types import SamplingParams
+from thundersync.teacher.client import TeacherClient, TeacherError
+from thundersync.teacher.scorer import HFScorer, ScoreRequest
 
 
 @pytest.fixture(scope="module")

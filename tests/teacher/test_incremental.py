@@ -10,16 +10,16 @@ from typing import Any
 import pytest
 import torch
 
-from rollout.agent_loop import AgentLoop, AgentLoopConfig, RolloutTask
-from rollout.chat import TokenizerChatFormat
-from rollout.hf_engine import HFEngine
-from rollout.trajectory import TrajectoryRef
-from rollout.types import SamplingParams
-from sandbox.envs.calc_env import ToyCalcEnv
-from teacher.client import TeacherClient
-from teacher.incremental import IncrementalHFScorer
-from teacher.scorer import ScoreRequest
-from tsrl.models import load_model, load_tokenizer
+from thundersync.models import load_model, load_tokenizer
+from thundersync.rollout.agent_loop import AgentLoop, AgentLoopConfig, RolloutTask
+from thundersync.rollout.chat import TokenizerChatFormat
+from thundersync.rollout.hf_engine import HFEngine
+from thundersync.rollout.trajectory import TrajectoryRef
+from thundersync.rollout.types import SamplingParams
+from thundersync.sandbox.envs.calc_env import ToyCalcEnv
+from thundersync.teacher.client import TeacherClient
+from thundersync.teacher.incremental import IncrementalHFScorer
+from thundersync.teacher.scorer import ScoreRequest
 
 TOL = 1e-5
 OBS, ACT = 7, 9  # tokens per observation / action

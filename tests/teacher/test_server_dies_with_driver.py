@@ -39,7 +39,7 @@ http.server.HTTPServer(("127.0.0.1", args.port), H).serve_forever()
 
 DRIVER = """
 import json, sys, threading, time
-from rollout.vllm_server import VLLMServer, VLLMServerConfig
+from thundersync.rollout.vllm_server import VLLMServer, VLLMServerConfig
 server = VLLMServer(VLLMServerConfig(model="tiny", start_timeout_s=60), log_dir=sys.argv[1])
 t = threading.Thread(target=server.start)
 t.start(); t.join()
@@ -115,7 +115,7 @@ def test_teacher_server_dies_with_a_sigkilled_driver(tmp_path: Path) -> None:
 
 
 def test_server_stop_ends_guard_server_and_workers(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from rollout.vllm_server import VLLMServer, VLLMServerConfig
+    from thundersync.rollout.vllm_server import VLLMServer, VLLMServerConfig
 
     pids_file = tmp_path / "pids"
     monkeypatch.setenv("TSRL_VLLM_PYTHON", str(_fake_vllm(tmp_path)))

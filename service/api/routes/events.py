@@ -18,12 +18,12 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 from sqlalchemy.orm import Session, sessionmaker
 
-from service import crud
-from service.api.deps import OwnedRun
-from service.api.routes.runs import read_log_chunk
-from service.models import Run
-from service.schemas import SpanPublic, UpdatePublic
-from tsrl.rundir import FINAL_STATUSES, RunFiles
+from thundersync.rundir import FINAL_STATUSES, RunFiles
+from thundersync.service import crud
+from thundersync.service.api.deps import OwnedRun
+from thundersync.service.api.routes.runs import read_log_chunk
+from thundersync.service.models import Run
+from thundersync.service.schemas import SpanPublic, UpdatePublic
 
 router = APIRouter(prefix="/runs", tags=["events"])
 

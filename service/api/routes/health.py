@@ -5,8 +5,8 @@ from __future__ import annotations
 from fastapi import APIRouter
 from sqlalchemy import text
 
-from service.api.deps import SessionDep
-from service.schemas import Health
+from thundersync.service.api.deps import SessionDep
+from thundersync.service.schemas import Health
 
 router = APIRouter(tags=["health"])
 

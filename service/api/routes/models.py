@@ -12,14 +12,19 @@ import uuid
 
 from fastapi import APIRouter, HTTPException, Request, status
 
-from service import crud
-from service.api.deps import CurrentToken, Limit, SessionDep, SettingsDep, Skip
-from service.api.routes.task_sets import check_admin_fields
-from service.artifacts import model_files_dir
-from service.models import ArtifactOrigin, ModelArtifact, Token
-from service.schemas import ErrorDetail, Message
-from service.schemas_artifacts import ModelCreate, ModelPublic, ModelsPublic, UploadedFile
-from service.uploads import UPLOAD_OPENAPI, UPLOAD_RESPONSES, save_upload
+from thundersync.service import crud
+from thundersync.service.api.deps import CurrentToken, Limit, SessionDep, SettingsDep, Skip
+from thundersync.service.api.routes.task_sets import check_admin_fields
+from thundersync.service.artifacts import model_files_dir
+from thundersync.service.models import ArtifactOrigin, ModelArtifact, Token
+from thundersync.service.schemas import ErrorDetail, Message
+from thundersync.service.schemas_artifacts import (
+    ModelCreate,
+    ModelPublic,
+    ModelsPublic,
+    UploadedFile,
+)
+from thundersync.service.uploads import UPLOAD_OPENAPI, UPLOAD_RESPONSES, save_upload
 
 router = APIRouter(prefix="/models", tags=["models"])
 

@@ -13,13 +13,13 @@ from typing import Any
 
 from fastapi import APIRouter, HTTPException, status
 
-from service import crud_recipes
-from service.api.deps import CurrentToken, Limit, SessionDep, Skip
-from service.errors import field_error
-from service.models import RecipeArtifact, Token
-from service.schemas import ErrorDetail, Message
-from service.schemas_artifacts import RecipeCreate, RecipePublic, RecipesPublic
-from tsrl.config import RECIPES_DIR, ConfigError, load_run_config, parse_recipe_text
+from thundersync.config import RECIPES_DIR, ConfigError, load_run_config, parse_recipe_text
+from thundersync.service import crud_recipes
+from thundersync.service.api.deps import CurrentToken, Limit, SessionDep, Skip
+from thundersync.service.errors import field_error
+from thundersync.service.models import RecipeArtifact, Token
+from thundersync.service.schemas import ErrorDetail, Message
+from thundersync.service.schemas_artifacts import RecipeCreate, RecipePublic, RecipesPublic
 
 router = APIRouter(prefix="/recipes", tags=["recipes"])
 

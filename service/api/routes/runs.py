@@ -8,8 +8,10 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Query, Request, status
 
-from service import crud, crud_recipes
-from service.api.deps import (
+from thundersync.config import ConfigError, load_run_config
+from thundersync.rundir import ACTIVE_STATUSES, FINAL_STATUSES, RunFiles, RunStatus
+from thundersync.service import crud, crud_recipes
+from thundersync.service.api.deps import (
     CurrentToken,
     Limit,
     OwnedRun,
@@ -18,11 +20,11 @@ from service.api.deps import (
     Skip,
     TextFilter,
 )
-from service.api.routes.recipes import recipe_data
-from service.artifacts import ArtifactError, resolve_run_artifacts
-from service.errors import field_error
-from service.models import Token
-from service.schemas import (
+from thundersync.service.api.routes.recipes import recipe_data
+from thundersync.service.artifacts import ArtifactError, resolve_run_artifacts
+from thundersync.service.errors import field_error
+from thundersync.service.models import Token
+from thundersync.service.schemas import (
     ErrorDetail,
     LogChunk,
     Message,
@@ -32,8 +34,6 @@ from service.schemas import (
     Speedup,
     TimeToTarget,
 )
-from tsrl.config import ConfigError, load_run_config
-from tsrl.rundir import ACTIVE_STATUSES, FINAL_STATUSES, RunFiles, RunStatus
 
 router = APIRouter(prefix="/runs", tags=["runs"])
 

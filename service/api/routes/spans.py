@@ -6,9 +6,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from service import crud
-from service.api.deps import Limit, OwnedRun, SessionDep
-from service.schemas import SpanPublic, SpanRole, SpansPublic
+from thundersync.service import crud
+from thundersync.service.api.deps import Limit, OwnedRun, SessionDep
+from thundersync.service.schemas import SpanPublic, SpanRole, SpansPublic
 
 router = APIRouter(prefix="/runs", tags=["spans"])
 

@@ -13,12 +13,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, Request, status
 
-from service import crud
-from service.api.deps import CurrentToken, Limit, SessionDep, SettingsDep, Skip
-from service.artifacts import task_set_files_dir
-from service.models import ArtifactOrigin, TaskSet, Token
-from service.schemas import ErrorDetail, Message
-from service.schemas_artifacts import (
+from thundersync.service import crud
+from thundersync.service.api.deps import CurrentToken, Limit, SessionDep, SettingsDep, Skip
+from thundersync.service.artifacts import task_set_files_dir
+from thundersync.service.models import ArtifactOrigin, TaskSet, Token
+from thundersync.service.schemas import ErrorDetail, Message
+from thundersync.service.schemas_artifacts import (
     TaskSetCreate,
     TaskSetKind,
     TaskSetPublic,
@@ -26,7 +26,7 @@ from service.schemas_artifacts import (
     TaskSetUpdate,
     UploadedFile,
 )
-from service.uploads import UPLOAD_OPENAPI, UPLOAD_RESPONSES, save_upload
+from thundersync.service.uploads import UPLOAD_OPENAPI, UPLOAD_RESPONSES, save_upload
 
 router = APIRouter(prefix="/task-sets", tags=["task-sets"])
 

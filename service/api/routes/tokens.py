@@ -10,10 +10,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Path, status
 
-from service import crud
-from service.api.deps import AdminToken, CurrentToken, Limit, SessionDep, Skip
-from service.models import Token
-from service.schemas import TokenCreate, TokenCreated, TokenPublic, TokensPublic
+from thundersync.service import crud
+from thundersync.service.api.deps import AdminToken, CurrentToken, Limit, SessionDep, Skip
+from thundersync.service.models import Token
+from thundersync.service.schemas import TokenCreate, TokenCreated, TokenPublic, TokensPublic
 
 router = APIRouter(prefix="/tokens", tags=["tokens"])
 log = logging.getLogger("tsrl.service")

@@ -6,9 +6,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from service import crud
-from service.api.deps import Limit, OwnedRun, SessionDep, Skip
-from service.schemas import UpdatePublic, UpdatesPublic
+from thundersync.service import crud
+from thundersync.service.api.deps import Limit, OwnedRun, SessionDep, Skip
+from thundersync.service.schemas import UpdatePublic, UpdatesPublic
 
 router = APIRouter(prefix="/runs", tags=["updates"])
 

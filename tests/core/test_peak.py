@@ -1,0 +1,30 @@
+"""MFU's peak is measured on this machine (cached), unless the config sets it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from thundersync.config import load_run_config
+from thundersync.driver.emit import UpdateTally
+from thundersync.driver.metrics import UpdateTimes, update_record
+from thundersync.peak import measured_peak_flops
+
+
+def test_peak_is_measured_once_and_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("THUNDERSYNC_CACHE", str(tmp_path))
+    first = measured_peak_flops("cpu", threads=1)
+    assert 1e7 < first < 1e14  # a CPU core does somewhere between 10 MFLOP/s and 100 TFLOP/s
+    (cached,) = (tmp_path / "peak-flops").glob("*.json")
+    assert measured_peak_flops("cpu", threads=1) == first  # read back, not re-measured
+    cached.write_text('{"flops": 123.0}')
+    assert measured_peak_flops("cpu", threads=1) == 123.0
+
+
+def test_a_configured_peak_wins_over_the_measured_one() -> None:
+    times = UpdateTimes(0.0, 1.0, 2.0)
+    cfg = load_run_config("grpo-toy", {"mfu_peak_flops": 5e9})
+    assert update_record(cfg, 0, times, UpdateTally(), None, 1, 7e9)["peak_flops"] == 5e9
+    cfg = load_run_config("grpo-toy")
+    assert update_record(cfg, 0, times, UpdateTally(), None, 1, 7e9)["peak_flops"] == 7e9

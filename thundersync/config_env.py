@@ -1,0 +1,85 @@
+"""The env section of the run config (`RunConfig.env`) and the built-in artefact names a config
+may use instead of paths (re-exported by `thundersync.config`).
+
+Built in, so a run config (and the service, which refuses host paths) can name them:
+`model.path: smollm2` / `teacher.model: smollm2` (SmolLM2-135M-Instruct, built once into the
+artefact cache by `thundersync.smollm2`), `env.tasks: terminal-easy` (the shipped one-command terminal
+tasks under sandbox/fixtures/terminal-easy).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import Field, model_validator
+
+from thundersync.config_base import _Section
+
+BUILTIN_MODELS = frozenset({"smollm2"})
+
+
+class EnvName(StrEnum):
+    """`env.name`: which task catalogue entry a run trains on (see `sandbox.envs.catalogue`).
+
+    Also accepted, and resolved to the canonical name: digits (toy), swesmith (swe-smith),
+    seta and harbor (terminal).
+    """
+
+    TOY = "toy"
+    SWE_SMITH = "swe-smith"
+    TERMINAL = "terminal"
+
+    @classmethod
+    def _missing_(cls, value: object) -> EnvName | None:
+        return _ENV_ALIASES.get(value) if isinstance(value, str) else None
+
+
+_ENV_ALIASES = {
+    "digits": EnvName.TOY,
+    "swesmith": EnvName.SWE_SMITH,
+    "seta": EnvName.TERMINAL,
+    "harbor": EnvName.TERMINAL,
+}
+
+# built-in task set name -> the env that reads it (its directory: sandbox.envs.fixtures)
+BUILTIN_TASK_SETS: dict[str, EnvName] = {"terminal-easy": EnvName.TERMINAL}
+
+
+class PromptExample(_Section):
+    """One worked example shown before the task as a user turn and the assistant's reply."""
+
+    user: str = Field(..., min_length=1, description="an example task, as the user turn")
+    assistant: str = Field(..., min_length=1, description="its reply, e.g. a <tool> call")
+
+
+class EnvConfig(_Section):
+    name: EnvName = Field(
+        EnvName.TOY,
+        description="toy | swe-smith | terminal (aliases: digits, swesmith, seta, harbor)",
+    )
+    tasks: str | None = Field(
+        None, description="task set: a path, or built in: " + ", ".join(BUILTIN_TASK_SETS)
+    )
+    sandbox: str = "local"
+    tool_seconds: float = Field(0.0, ge=0, description="toy env: sandbox tool-call duration")
+    examples: list[PromptExample] = Field(
+        default_factory=list,
+        max_length=8,
+        description="terminal env: worked examples (user task + assistant reply) put between "
+        "the system prompt and the task, so a small model sees the tool format used once",
+    )
+
+    @model_validator(mode="after")
+    def _fits_env(self) -> EnvConfig:
+        wanted = BUILTIN_TASK_SETS.get(self.tasks or "")
+        if wanted is not None and wanted is not self.name:
+            raise ValueError(
+                f"env.tasks {self.tasks!r} is a built-in {wanted.value} task set, but env.name "
+                f"is {self.name.value}: set env.name={wanted.value} or pick another task set"
+            )
+        if self.examples and self.name is not EnvName.TERMINAL:
+            raise ValueError(
+                f"env.examples: only env.name=terminal reads them (env.name is "
+                f"{self.name.value}); remove env.examples"
+            )
+        return self

