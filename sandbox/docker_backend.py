@@ -64,7 +64,7 @@ from thundersync.sandbox.executor import (
 )
 from thundersync.sandbox.output import HeadTail
 
-DEFAULT_IMAGE = os.environ.get("THUNDERSYNC_SANDBOX_IMAGE", "thundersync-sandbox:bookworm")
+DEFAULT_IMAGE = os.environ.get("TSRL_SANDBOX_IMAGE", "thundersync-sandbox:bookworm")
 log = logging.getLogger(__name__)
 # Podman's exec API can lose a command's output and still report exit 0 (podman #21741, #18025:
 # `exec cat file` -> ''; ~1% of execs here under a 2-process CPU load). Every wrapper ends each

@@ -339,9 +339,7 @@ class LocalExecutor:
     def __init__(self, base_dir: str | Path | None = None) -> None:
         _require("bwrap")
         self.privileged = os.geteuid() == 0
-        base = Path(
-            base_dir or os.environ.get("THUNDERSYNC_SANDBOX_DIR", "/tmp/thundersync-sandbox")
-        )
+        base = Path(base_dir or os.environ.get("TSRL_SANDBOX_DIR", "/tmp/thundersync-sandbox"))
         base.mkdir(parents=True, exist_ok=True)
         os.chmod(base, 0o711)
         self.base = base

@@ -357,7 +357,7 @@ def cleanup_orphans(
 ) -> dict[str, int]:
     """Remove sandbox leftovers whose owner process is dead; returns counts per backend.
 
-    local: session directories under `base_dir` (default $THUNDERSYNC_SANDBOX_DIR or
+    local: session directories under `base_dir` (default $TSRL_SANDBOX_DIR or
     /tmp/thundersync-sandbox) whose `owner.json` names a dead process, and the cgroup leaves of
     their execs. docker: containers labelled `thundersync.sandbox=1` whose owner labels name a
     dead process on this host. `docker=None` cleans docker only where an engine answers without
@@ -366,7 +366,7 @@ def cleanup_orphans(
     """
     counts = {"local": 0, "docker": 0}
     if local:
-        base = Path(base_dir or os.environ.get("THUNDERSYNC_SANDBOX_DIR", DEFAULT_SANDBOX_DIR))
+        base = Path(base_dir or os.environ.get("TSRL_SANDBOX_DIR", DEFAULT_SANDBOX_DIR))
         if base.is_dir():
             for d in base.iterdir():
                 if not d.is_dir() or d.is_symlink():

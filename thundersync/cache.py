@@ -1,6 +1,6 @@
 """The machine-wide cache of built artefacts (fixture mirrors, the SmolLM2 wheel), race-safe.
 
-`THUNDERSYNC_CACHE` names it (CI points it at a fresh directory per run, so a race that only a cold
+`TSRL_CACHE` names it (CI points it at a fresh directory per run, so a race that only a cold
 cache shows is caught); else /var/cache/thundersync when writable, else ~/.cache/thundersync.
 Entries are built in a private temp dir beside their final name and moved into place with one
 atomic rename, so threads and processes that race to build the same entry never see half of it.
@@ -14,7 +14,7 @@ from pathlib import Path
 
 
 def cache_root() -> Path:
-    env = os.environ.get("THUNDERSYNC_CACHE")
+    env = os.environ.get("TSRL_CACHE")
     if env:
         base = Path(env)
     elif os.access("/var/cache", os.W_OK):

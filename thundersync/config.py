@@ -184,7 +184,9 @@ class RunConfig(_Section):
         "`tsrl replay-gap RUN_DIR` can check the run against sync from theta_0",
     )
     mfu_peak_flops: float | None = Field(
-        None, gt=0, description="peak FLOP/s used for MFU; None: measured here (thundersync/peak.py)"
+        None,
+        gt=0,
+        description="peak FLOP/s used for MFU; None: measured here (thundersync/peak.py)",
     )
     model: ModelConfig = Field(default_factory=ModelConfig)
     optim: OptimConfig = Field(default_factory=OptimConfig)

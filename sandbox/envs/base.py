@@ -8,7 +8,7 @@
 - An env given `extras["executor"]` (tests, `tsrl env check`) draws from a process-wide pool
   over that executor object instead, so the session path is the same; like the backend pools it
   lives until the process exits (its atexit hook closes every session).
-- Pool size: `THUNDERSYNC_POOL_SIZE` (default 16), grown to `extras["pool_size"]` when an env
+- Pool size: `TSRL_POOL_SIZE` (default 16), grown to `extras["pool_size"]` when an env
   asks for more; the catalogue passes the run's `rollout.concurrency`, so a pool is never smaller
   than the concurrency of a run using it, and that run's envs (each holding at most one lease)
   never wait for one another.
@@ -39,14 +39,14 @@ from thundersync.sandbox.executor import Executor, Session, SessionSpec
 from thundersync.sandbox.pool import SandboxPool
 
 DEFAULT_POOL_SIZE = 16
-POOL_SIZE_ENV = "THUNDERSYNC_POOL_SIZE"
+POOL_SIZE_ENV = "TSRL_POOL_SIZE"
 
 _POOLS: dict[Any, SandboxPool] = {}
 _POOLS_LOCK = threading.Lock()
 
 
 def pool_size(requested: int | None = None) -> int:
-    """`THUNDERSYNC_POOL_SIZE` (default 16), or `requested` when that is more."""
+    """`TSRL_POOL_SIZE` (default 16), or `requested` when that is more."""
     base = int(os.environ.get(POOL_SIZE_ENV) or DEFAULT_POOL_SIZE)
     return max(1, base, requested or 0)
 

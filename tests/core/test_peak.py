@@ -13,7 +13,7 @@ from thundersync.peak import measured_peak_flops
 
 
 def test_peak_is_measured_once_and_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("THUNDERSYNC_CACHE", str(tmp_path))
+    monkeypatch.setenv("TSRL_CACHE", str(tmp_path))
     first = measured_peak_flops("cpu", threads=1)
     assert 1e7 < first < 1e14  # a CPU core does somewhere between 10 MFLOP/s and 100 TFLOP/s
     (cached,) = (tmp_path / "peak-flops").glob("*.json")

@@ -28,7 +28,7 @@ def _assert_complete(out: Path) -> None:
 def test_racing_threads_all_get_the_same_complete_mirrors(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("THUNDERSYNC_CACHE", str(tmp_path / "fresh" / "cache"))  # not there yet
+    monkeypatch.setenv("TSRL_CACHE", str(tmp_path / "fresh" / "cache"))  # not there yet
     n = 6
     barrier = threading.Barrier(n, timeout=60)
 
@@ -54,7 +54,7 @@ def test_racing_processes_all_get_the_same_complete_mirrors(tmp_path: Path) -> N
         "assert len(out) == 3 and len(set(out)) == 1, out\n"
         "print(out[0])\n"
     )
-    env = {"THUNDERSYNC_CACHE": str(cache), "PATH": "/usr/bin:/bin"}
+    env = {"TSRL_CACHE": str(cache), "PATH": "/usr/bin:/bin"}
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", code],
