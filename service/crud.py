@@ -46,8 +46,9 @@ from thundersync.service.crud_tokens import (
     revoke_token,
 )
 from thundersync.service.db import utcnow
-from thundersync.service.models import Run, SpanRow, Token, UpdateRow
+from thundersync.service.run_state import transition
 from thundersync.service.schemas import CurvePoint, RunDetail, RunPublic, Speedup, TimeToTarget
+from thundersync.service.tables import Run, SpanRow, Token, UpdateRow
 
 __all__ = [
     "CONFIGURED_ADMIN",
@@ -179,15 +180,21 @@ def get_run(*, session: Session, owner_id: uuid.UUID, run_id: uuid.UUID) -> Run 
 
 def request_cancel(*, session: Session, run: Run) -> Run:
     """Queued runs stop at once; started ones get DIR/CANCEL and stop at the next barrier."""
-    if run.status == RunStatus.QUEUED:
-        run.status = RunStatus.CANCELLED
-        run.reason = "cancelled before it started"
-        run.finished_at = utcnow()
-        run.cancel_requested_at = utcnow()
-    elif run.status in ACTIVE_STATUSES and run.cancel_requested_at is None:
-        run.cancel_requested_at = utcnow()
-        RunFiles(run.run_dir).request_cancel()
-    session.flush()
+    now = utcnow()
+    done = transition(
+        session,
+        run.id,
+        expect=(RunStatus.QUEUED,),
+        to=RunStatus.CANCELLED,
+        reason="cancelled before it started",
+        finished_at=now,
+        cancel_requested_at=now,
+    )
+    session.refresh(run)  # a failed claim means the launcher (or a cancel) changed it: re-read
+    if not done and run.status in ACTIVE_STATUSES and run.cancel_requested_at is None:
+        transition(session, run.id, expect=ACTIVE_STATUSES, cancel_requested_at=now)
+        RunFiles(run.run_dir).request_cancel()  # else `_supervise` forwards it on its next tick
+    session.refresh(run)
     return run
 
 

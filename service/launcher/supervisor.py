@@ -21,14 +21,15 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from thundersync.rundir import RunFiles, RunStatus
+from thundersync.rundir import ACTIVE_STATUSES, RunFiles, RunStatus
 from thundersync.service.db import session_scope, utcnow
 from thundersync.service.launcher.backends import EXIT_UNKNOWN, EmbeddedBackend, Handle
 from thundersync.service.launcher.broker import RunBusIds, clean_run_keys
 from thundersync.service.launcher.ingest import ingest_run
 from thundersync.service.launcher.outcome import decide_outcome
-from thundersync.service.models import Run
+from thundersync.service.run_state import transition
 from thundersync.service.settings import Settings
+from thundersync.service.tables import Run
 
 log = logging.getLogger("tsrl.service.launcher")
 
@@ -208,24 +209,43 @@ class Launcher:
             self._start_one(run_id)
 
     def _start_one(self, run_id: uuid.UUID) -> None:
+        """Claim the run (QUEUED -> STARTING, committed before anything starts), then start its
+        driver. A cancel committed first wins the claim; one committed after finds the run active
+        and is forwarded through DIR/CANCEL by `_supervise`. No write below touches the status of
+        a run that left STARTING meanwhile."""
         with session_scope(self.factory) as session:
-            run = session.get(Run, run_id)
-            if run is None or run.status != RunStatus.QUEUED:
+            claimed = transition(
+                session,
+                run_id,
+                expect=(RunStatus.QUEUED,),
+                to=RunStatus.STARTING,
+                reason="starting the driver",
+                started_at=utcnow(),
+            )
+            run = session.get(Run, run_id) if claimed else None
+            if run is None:
                 return
-            run.status = RunStatus.STARTING
-            run.reason = "starting the driver"
-            run.started_at = utcnow()
-            files = RunFiles(run.run_dir)
-            files.root.mkdir(parents=True, exist_ok=True)
-            files.config.write_text(json.dumps(run.config, indent=2))
-            try:
-                handle = self.backend.start(str(run.id), files.config, files.root)
-            except Exception as err:
-                run.status = RunStatus.FAILED
-                run.reason = f"could not start the driver ({self.backend.name}): {err}"
-                run.finished_at = utcnow()
-                log.warning("run %s: %s", run.id, run.reason)
-                return
-            run.pid, run.job_id = handle.describe()
-            self.handles[run.id] = handle
-            log.info("started run %s (%s, pid %s)", run.id, self.backend.name, run.pid)
+            config, run_dir = run.config, run.run_dir
+        files = RunFiles(run_dir)
+        files.root.mkdir(parents=True, exist_ok=True)
+        files.config.write_text(json.dumps(config, indent=2))
+        try:
+            handle = self.backend.start(str(run_id), files.config, files.root)
+        except Exception as err:
+            reason = f"could not start the driver ({self.backend.name}): {err}"
+            with session_scope(self.factory) as session:
+                transition(
+                    session,
+                    run_id,
+                    expect=(RunStatus.STARTING,),
+                    to=RunStatus.FAILED,
+                    reason=reason,
+                    finished_at=utcnow(),
+                )
+            log.warning("run %s: %s", run_id, reason)
+            return
+        pid, job_id = handle.describe()
+        self.handles[run_id] = handle
+        with session_scope(self.factory) as session:
+            transition(session, run_id, expect=ACTIVE_STATUSES, pid=pid, job_id=job_id)
+        log.info("started run %s (%s, pid %s)", run_id, self.backend.name, pid)
