@@ -1,4 +1,4 @@
-"""Alembic environment for the control-plane schema (one metadata: service.models).
+"""Alembic environment for the control-plane schema (one metadata: service.tables).
 
 The service passes its own connection in `config.attributes["connection"]`; run by hand, the URL
 comes from TSRL_DATABASE_URL (or the default SQLite file). SQLite gets batch mode so ALTERs work.
@@ -10,7 +10,7 @@ import logging.config
 
 from sqlalchemy import Connection
 
-import thundersync.service.models  # noqa: F401  (registers the tables on the metadata)
+import thundersync.service.tables  # noqa: F401  (registers the tables on the metadata)
 from alembic import context
 from thundersync.service.db import Base, make_engine, migration_connection
 from thundersync.service.settings import Settings

@@ -86,7 +86,7 @@ def sync_probe(
     policy generates change from update to update, and L/R with them (one update's L/R was 6%
     off the bench's own median at the same width)."""
     from thundersync.bench.load import BackgroundLoad
-    from thundersync.bench.speedup import workload_config
+    from thundersync.bench.speedup_workloads import workload_config
     from thundersync.driver.run import RunDriver
     from thundersync.rundir import RunFiles
 
@@ -96,6 +96,7 @@ def sync_probe(
         with BackgroundLoad(load):
             RunDriver(workload_config(objective, "sync", updates, **over), rd.root).run()
         ms = rd.read_metrics()[1:]
-        return {k: sum(float(m[k]) for m in ms) for k in ("R", "L", "P")}
+        keys = {"R": "rollout_s", "L": "learner_busy_s", "P": "barrier_s"}  # metrics.jsonl's
+        return {k: sum(float(m[key]) for m in ms) for k, key in keys.items()}
 
     return run

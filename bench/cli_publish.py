@@ -20,14 +20,16 @@ def publish(
     as_json: bool = typer.Option(False, "--json", help="last line: one JSON object"),
 ) -> None:
     """Seconds and GB/s per weight update, disk vs shared memory, on real vLLM replicas."""
-    from thundersync.bench.publish import run_publish_bench
+    from thundersync.bench.weight_transport import run_weight_transport_bench
 
     bad = [m for m in model if m not in ("tiny", "smollm2")]
     if bad:
         raise typer.BadParameter(f"--model {bad[0]!r}: use tiny or smollm2")
     if cpu_weights not in ("map", "packed"):
         raise typer.BadParameter(f"--cpu-weights {cpu_weights!r}: use map or packed")
-    res = run_publish_bench(tuple(model), rounds, tuple(sorted(set(replicas))), cpu_weights)
+    res = run_weight_transport_bench(
+        tuple(model), rounds, tuple(sorted(set(replicas))), cpu_weights
+    )
     if as_json:
         for row in res["rows"]:
             print(json.dumps(row))

@@ -20,7 +20,12 @@ from typing import Any
 import torch
 
 from thundersync.config import Arch, Objective, RunConfig, Schedule, load_run_config
-from thundersync.learner.replay import LoggedBatch, make_grpo_batch, make_opd_batch, replay_update
+from thundersync.learner.batch_replay import (
+    LoggedBatch,
+    make_grpo_batch,
+    make_opd_batch,
+    replay_update,
+)
 from thundersync.rollout.vllm_server import free_port
 
 
@@ -38,7 +43,7 @@ def bench_config(
 
 
 def make_models(root: Path, arch: Arch = Arch.LLAMA) -> tuple[Path, Path]:
-    from thundersync.models import build_tiny_model, load_tokenizer
+    from thundersync.hf_models import build_tiny_model, load_tokenizer
 
     student = build_tiny_model(root / "student", seed=0, arch=arch)
     tok = load_tokenizer(student)
@@ -49,7 +54,7 @@ def make_models(root: Path, arch: Arch = Arch.LLAMA) -> tuple[Path, Path]:
 def make_batches(
     objective: Objective, updates: int, teacher_dir: Path, reward_offset: float, seed: int
 ) -> list[LoggedBatch]:
-    from thundersync.models import load_model
+    from thundersync.hf_models import load_model
 
     rng = random.Random(seed)
     if objective is Objective.GRPO:
@@ -68,9 +73,9 @@ def make_batches(
 def _train(
     model_dir: Path, cfg: RunConfig, batches: list[LoggedBatch], schedule: Schedule, ctx: Any = None
 ) -> dict[str, Any]:
+    from thundersync.hf_models import load_model
     from thundersync.learner.device import DTYPES
     from thundersync.learner.trainer import Learner
-    from thundersync.models import load_model
 
     learner = Learner(load_model(model_dir, dtype=DTYPES[cfg.model.dtype]), cfg, ctx=ctx)
     params = [learner.flat_params()]  # the master weights the optimizer steps, float64 on host
@@ -84,8 +89,8 @@ def _train(
 
 
 def _train_reference(model_dir: Path, cfg: RunConfig, batches: list[LoggedBatch]) -> dict[str, Any]:
+    from thundersync.hf_models import load_model
     from thundersync.learner.reference import reference_loss
-    from thundersync.models import load_model
 
     model = load_model(model_dir)
     params = [p for p in model.parameters() if p.requires_grad]

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from thundersync.config import Objective, RunConfig, Schedule, load_run_config
-from thundersync.learner.replay import LoggedBatch, replay_update
+from thundersync.learner.batch_replay import LoggedBatch, replay_update
 from thundersync.learner.sources import GrpoContent, GrpoGroupSpec, GrpoReward
 
 HALF_B = {"hidden": 1024, "layers": 28, "intermediate": 4096, "heads": 16, "kv_heads": 4}

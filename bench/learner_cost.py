@@ -34,7 +34,7 @@ MODES = ("sync", "stream", "textbook_seq", "textbook_padded")
 def make_batch(seed: int, vocab: int, groups: int, size: int, prompt: int, response: int) -> Any:
     """GRPO groups with prompts of ~`prompt` and responses of ~`response` tokens."""
     from thundersync.config import Objective
-    from thundersync.learner.replay import LoggedBatch
+    from thundersync.learner.batch_replay import LoggedBatch
     from thundersync.learner.sources import GrpoContent, GrpoGroupSpec, GrpoReward
 
     rng = random.Random(seed)
@@ -104,8 +104,8 @@ def _textbook(model: Any, batch: Any, padded: bool) -> tuple[float, int]:
 
 def _one(mode: str, model_dir: str, seed: int, shape: dict[str, int]) -> dict[str, Any]:
     from thundersync.config import Schedule, load_run_config
+    from thundersync.hf_models import load_model
     from thundersync.learner.trainer import Learner
-    from thundersync.models import load_model
 
     torch.set_num_threads(shape["threads"])
     model = load_model(model_dir)
@@ -151,7 +151,7 @@ def _one(mode: str, model_dir: str, seed: int, shape: dict[str, int]) -> dict[st
 def run_learner_cost(
     seed: int = 0, repeats: int = 3, model: str = "tiny", shape: dict[str, int] | None = None
 ) -> dict[str, Any]:
-    from thundersync.models import build_tiny_model
+    from thundersync.hf_models import build_tiny_model
 
     shape = shape or (
         {"groups": 2, "size": 4, "prompt": 128, "response": 128, "threads": 2}

@@ -33,7 +33,7 @@ OPD_TURNS = (2, 8, 32, 64)
 
 def _opd_batch(seed: int, vocab: int, turns: int, ctx: int = 12, act: int = 20) -> Any:
     from thundersync.config import Objective
-    from thundersync.learner.replay import LoggedBatch
+    from thundersync.learner.batch_replay import LoggedBatch
     from thundersync.learner.sources import OpdClose, OpdTurn
 
     rng = random.Random(seed)
@@ -80,9 +80,9 @@ def _one(
 ) -> dict[str, Any]:
     from thundersync.bench.learner_cost import make_batch
     from thundersync.config import Schedule, load_run_config
-    from thundersync.learner.replay import replay_sources
+    from thundersync.hf_models import load_model
+    from thundersync.learner.batch_replay import replay_sources
     from thundersync.learner.trainer import Learner
-    from thundersync.models import load_model
 
     torch.set_num_threads(1)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -143,7 +143,7 @@ def run_memory(
     opd_mode: str = "recompute",
     repeats: int = 3,
 ) -> dict[str, Any]:
-    from thundersync.models import build_tiny_model
+    from thundersync.hf_models import build_tiny_model
 
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:

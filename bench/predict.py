@@ -104,9 +104,9 @@ def load_trace(trace: str | Path) -> list[TraceUpdate]:
                     rank=int(ids.get("rank", 0)),
                 )
             )
-        R, P = float(m["R"]), float(m["P"])
+        R, L, P = float(m["rollout_s"]), float(m["learner_busy_s"]), float(m["barrier_s"])
         wl = Update(items=tuple(items), rollout_close=R, suffix=P)
-        out.append(TraceUpdate(k, str(m["schedule"]), float(m["step_s"]), R, float(m["L"]), P, wl))
+        out.append(TraceUpdate(k, str(m["schedule"]), float(m["step_s"]), R, L, P, wl))
     if not out:
         raise TraceError(f"{metrics_path} has no update lines ({{'type': 'update', ...}})")
     return out

@@ -56,7 +56,7 @@ def update_phases(run: RunFiles, skip: int = 1) -> list[dict[str, float]]:
         kind = s.get("ids", {}).get("kind", s["kind"])
         phases[u][kind] += dur
         m = metrics[u]
-        rollout_end = m["time"] - m["step_s"] + m["R"]
+        rollout_end = m["time"] - m["step_s"] + m["rollout_s"]
         phases[u]["suffix_s"] += max(0.0, s["end"] - max(s["start"], rollout_end))
     return [dict(phases[u]) for u in sorted(phases)]
 
@@ -64,7 +64,7 @@ def update_phases(run: RunFiles, skip: int = 1) -> list[dict[str, float]]:
 def schedule_summary(runs: list[RunFiles], skip: int = 1) -> dict[str, Any]:
     """Medians over every measured update of every round's run of one schedule."""
     recs = [m for r in runs for m in r.read_metrics() if m["update"] >= skip]
-    R, L, P = (median([m[k] for m in recs]) for k in ("R", "L", "P"))
+    R, L, P = (median([m[k] for m in recs]) for k in ("rollout_s", "learner_busy_s", "barrier_s"))
     phases = [p for r in runs for p in update_phases(r, skip)]
     kinds = sorted({k for p in phases for k in p})
     return {

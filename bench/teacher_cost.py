@@ -82,7 +82,7 @@ def run_teacher_cost(
     import torch
     from transformers.utils import logging as hf_logging
 
-    from thundersync.models import build_tiny_model, load_model
+    from thundersync.hf_models import build_tiny_model, load_model
 
     ts = sorted(set(turns))
     if len(ts) < 2 or ts[0] < 1:

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from thundersync.bench.speedup import workload_config
+from thundersync.bench.speedup_workloads import workload_config
 from thundersync.config import Schedule
 from thundersync.reward_curve import Point, curve, reward_at, time_to_target, update_to_target
 from thundersync.rundir import RunFiles

@@ -1,4 +1,5 @@
-"""`tsrl bench publish`: seconds per weight update, disk vs in memory, on real vLLM replicas.
+"""`tsrl bench publish`: seconds per weight update for each weight transport (disk, shared
+memory, broadcast), on real vLLM replicas.
 
 One policy update's publish, as the learner and driver do it: the disk path writes a safetensors
 checkpoint and every replica reloads it from disk (`reload_weights(weights_path=...)`); the
@@ -44,7 +45,7 @@ def model_dir_for(name: str, root: Path) -> Path:
         from thundersync.smollm2 import smollm2_dir
 
         return smollm2_dir()
-    from thundersync.models import build_tiny_model
+    from thundersync.hf_models import build_tiny_model
 
     return build_tiny_model(root / "tiny", seed=0, hidden=256, layers=4)
 
@@ -81,7 +82,7 @@ def _generate_tok_s(engine: VLLMEngine, version: int, n: int = 3) -> float:
 def bench_model(
     name: str, *, rounds: int, replicas: tuple[int, ...], cpu_weights: str = "map"
 ) -> list[dict[str, Any]]:
-    from thundersync.models import load_model
+    from thundersync.hf_models import load_model
 
     root = Path(tempfile.mkdtemp(prefix="tsrl-bench-publish-"))
     mdir = model_dir_for(name, root)
@@ -179,7 +180,7 @@ def bench_model(
     return out
 
 
-def run_publish_bench(
+def run_weight_transport_bench(
     models: tuple[str, ...] = ("tiny", "smollm2"),
     rounds: int = 3,
     replicas: tuple[int, ...] = (1, 2),

@@ -1,20 +1,22 @@
 """Typed events that cross the bus between rollout workers, the driver and the learner.
 
 Every event is a frozen pydantic model with a literal `type` tag, so one JSON line decodes back into
-the right class (`decode_event`) on any backend. Each event also names a *natural dedup key*
-(`dedup_key()`): for a `SourceReady` it is the unique source id, for control events the
-(run, update, group / replica / version) they describe. A publisher that retries after a timeout
-may therefore publish the same fact twice; the consumer's applied-key ledger
+the right class (`decode_event`: a union discriminated by `type`) on any backend. Each event also
+names a *natural dedup key* (`dedup_key()`): for a source it is the unique source id, for control
+events the (run, update, group / replica / version) they describe. A publisher that retries after
+a timeout may therefore publish the same fact twice; the consumer's applied-key ledger
 (`bus.ledger`) makes sure it is applied once, which is what keeps a gradient from being counted
 twice after a redelivery.
 
-Token payloads: a GRPO trajectory carries its full sequence `[prompt; continuation]` in
-`token_ids`, `prompt_len` its prompt part, and `index`, its place in the group (the reduction order).
-An OPD turn carries only its new segment (the observation of the previous turn, or the prompt for
-turn 0, then the turn's action) and `offset`, the segment's position in the trajectory, so a
-trajectory's payload grows linearly with its turns. `action_mask` (same length, 0/1) marks the
-scored tokens, and `teacher_logprobs` (OPD only, same length) holds log pi_T of each token (entries
-where the mask is 0 are ignored).
+The learner's sources (`SourceReady`, the union of three types, each with exactly its fields): a
+GRPO group opens with `GroupRegistered` (its size and its prompt); each trajectory then sends its
+reward (`GrpoRewardReady`) and its content (`GrpoTrajectoryReady`: the continuation after the
+prompt), both with `index`, its place in the group (the reduction order). An OPD trajectory opens
+with `TrajectoryRegistered`; each turn (`OpdTurnReady`) carries only its new segment (the
+observation of the previous turn, or the prompt for turn 0, then the turn's action) and `offset`,
+the segment's position in the trajectory, so a trajectory's payload grows linearly with its turns.
+`action_mask` (same length, 0/1) marks the scored tokens, and `teacher_logprobs` (same length)
+holds log pi_T of each token (entries where the mask is 0 are ignored).
 """
 
 from __future__ import annotations
@@ -22,14 +24,9 @@ from __future__ import annotations
 import time
 import uuid
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
-
-
-class SourceKind(StrEnum):
-    GRPO_TRAJECTORY = "grpo_trajectory"  # content and reward of one trajectory are fixed
-    OPD_TURN = "opd_turn"  # one teacher-scored turn
 
 
 class Role(StrEnum):
@@ -56,31 +53,31 @@ class _Event(BaseModel):
         return f"event:{self.event_id}"
 
 
-class SourceReady(_Event):
-    """A learner work item whose inputs are fixed: a GRPO trajectory / reward or an OPD turn."""
+class _Source(_Event):
+    """What every learner source carries: a work item whose inputs are fixed."""
 
-    type: Literal["source_ready"] = "source_ready"
-    kind: SourceKind
     source_id: str = Field(min_length=1, description="unique across the run")
     update: int = Field(ge=0)
     policy_version: int = Field(ge=0, description="version of theta that generated the tokens")
-    group_id: str
+    group_id: str = Field(description="GRPO: the trajectory's group; OPD: the trajectory itself")
     traj_id: str
-    turn: int = Field(0, ge=0)
-    index: int | None = Field(None, ge=0, description="GRPO: the trajectory's index in its group")
-    offset: int = Field(0, ge=0, description="OPD: position of token_ids[0] in the trajectory")
     ready_at: float = Field(default_factory=time.time, description="unix s the source became ready")
-    token_ids: list[int] = Field(default_factory=list)
-    action_mask: list[int] = Field(default_factory=list)
-    prompt_len: int = Field(0, ge=0)
-    reward: float | None = None
-    teacher_logprobs: list[float] | None = None
+
+    def dedup_key(self) -> str:
+        return f"source:{self.source_id}"
+
+
+class _Tokens(_Source):
+    """A token segment and the 0/1 flags of its scored tokens (one per token)."""
+
+    token_ids: list[int]
+    action_mask: list[int]
     rollout_logprobs: list[float] | None = Field(
         None, description="the engine's log-prob of each scored token (mask 1), for the mismatch"
     )
 
     @model_validator(mode="after")
-    def _check_payload(self) -> SourceReady:
+    def _check_mask(self) -> Self:
         n = len(self.token_ids)
         if len(self.action_mask) != n:
             raise ValueError(
@@ -89,34 +86,68 @@ class SourceReady(_Event):
             )
         if any(v not in (0, 1) for v in self.action_mask):
             raise ValueError("action_mask must hold only 0 and 1")
-        if self.prompt_len > n:
-            raise ValueError(f"prompt_len={self.prompt_len} exceeds the {n} tokens sent")
-        if self.kind == SourceKind.GRPO_TRAJECTORY:
-            if self.index is None:
-                raise ValueError("a grpo_trajectory source needs index (its place in the group)")
-            if self.reward is None:
-                raise ValueError("a grpo_trajectory source needs reward set")
-        if self.kind == SourceKind.OPD_TURN:
-            if self.teacher_logprobs is None:
-                raise ValueError("an opd_turn source needs teacher_logprobs (one per token)")
-            if len(self.teacher_logprobs) != n:
-                raise ValueError(
-                    f"teacher_logprobs has {len(self.teacher_logprobs)} entries, token_ids {n}"
-                )
         return self
 
-    def dedup_key(self) -> str:
-        return f"source:{self.source_id}"
+
+class GrpoRewardReady(_Source):
+    """A GRPO trajectory's reward (source id `TRAJ/reward`), sent just before its content."""
+
+    type: Literal["grpo_reward_ready"] = "grpo_reward_ready"
+    index: int = Field(ge=0, description="the trajectory's place in its group")
+    reward: float
+
+
+class GrpoTrajectoryReady(_Tokens):
+    """A GRPO trajectory's content: its continuation after the group's prompt (source id `TRAJ`)."""
+
+    type: Literal["grpo_trajectory_ready"] = "grpo_trajectory_ready"
+    index: int = Field(ge=0, description="the trajectory's place in its group")
+
+
+class OpdTurnReady(_Tokens):
+    """One teacher-scored OPD turn: its new segment, where it starts, the teacher's log-probs."""
+
+    type: Literal["opd_turn_ready"] = "opd_turn_ready"
+    turn: int = Field(ge=0)
+    offset: int = Field(ge=0, description="position of token_ids[0] in the trajectory")
+    teacher_logprobs: list[float] = Field(description="log pi_T of each token (mask 0: ignored)")
+
+    @model_validator(mode="after")
+    def _check_teacher(self) -> Self:
+        if len(self.teacher_logprobs) != len(self.token_ids):
+            raise ValueError(
+                f"teacher_logprobs has {len(self.teacher_logprobs)} entries, "
+                f"token_ids {len(self.token_ids)}: give one per token"
+            )
+        return self
+
+
+# the learner's sources; an `Event` decodes each by its `type` tag
+SourceReady = GrpoRewardReady | GrpoTrajectoryReady | OpdTurnReady
 
 
 class GroupRegistered(_Event):
+    """A GRPO group opens: its size and its prompt, sent before its first source."""
+
     type: Literal["group_registered"] = "group_registered"
     update: int = Field(ge=0)
     group_id: str
     size: int = Field(ge=1, description="trajectories in the group (m)")
+    prompt_ids: list[int] = Field(min_length=1, description="the prompt every member continues")
 
     def dedup_key(self) -> str:
         return f"group_registered:{self.run_id}:{self.update}:{self.group_id}"
+
+
+class TrajectoryRegistered(_Event):
+    """An OPD trajectory opens (its own group): the learner expects its turns, then its close."""
+
+    type: Literal["trajectory_registered"] = "trajectory_registered"
+    update: int = Field(ge=0)
+    traj_id: str
+
+    def dedup_key(self) -> str:
+        return f"trajectory_registered:{self.run_id}:{self.update}:{self.traj_id}"
 
 
 class GroupClosed(_Event):
@@ -244,6 +275,10 @@ class BarrierStats(_Event):
     logprob_mismatch_mean: float = Field(0.0, ge=0, description="|rollout - learner| log-prob")
     logprob_mismatch_max: float = Field(0.0, ge=0)
     logprob_tokens: int = Field(0, ge=0, description="tokens the mismatch is measured on")
+    # OPD, over every rank's closed trajectories (the learner sums them across ranks)
+    kl_mean: float = Field(0.0, description="mean sampled reverse KL to the teacher per token")
+    distill_loss: float = Field(0.0, description="the surrogate loss -sum A log pi / N_k")
+    scored_tokens: int = Field(0, ge=0, description="N_k: the update's scored tokens")
 
     def dedup_key(self) -> str:
         return f"barrier_stats:{self.run_id}:{self.update}:{self.rank}"
@@ -264,8 +299,11 @@ class BarrierStats(_Event):
 
 
 Event = Annotated[
-    SourceReady
+    GrpoRewardReady
+    | GrpoTrajectoryReady
+    | OpdTurnReady
     | GroupRegistered
+    | TrajectoryRegistered
     | GroupClosed
     | BatchClosed
     | TrajectoryAborted

@@ -1,7 +1,7 @@
 """Publish -> consumer-receive latency of a bus backend (the `tsrl bench bus` measurement).
 
-A consumer thread blocks in `receive`; the main thread publishes small `SourceReady` events at a
-fixed pace, each stamped with its creation time; the consumer records now - emitted_at on arrival
+A consumer thread blocks in `receive`; the main thread publishes small sources
+(`GrpoTrajectoryReady`) at a fixed pace, each stamped with its creation time; the consumer records now - emitted_at on arrival
 (same host, same clock). Paced publishing measures the latency a ready source sees on an idle bus,
 which is what the learner's "ready -> learner start" budget is about, not throughput.
 """
@@ -13,7 +13,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from thundersync.bus.events import SourceKind, SourceReady
+from thundersync.bus.events import GrpoTrajectoryReady
 from thundersync.bus.protocol import Bus
 
 
@@ -34,10 +34,9 @@ def percentile(values: list[float], q: float) -> float:
     return s[rank - 1]
 
 
-def _event(run_id: str, i: int) -> SourceReady:
-    return SourceReady(
+def _event(run_id: str, i: int) -> GrpoTrajectoryReady:
+    return GrpoTrajectoryReady(
         run_id=run_id,
-        kind=SourceKind.GRPO_TRAJECTORY,
         source_id=f"{run_id}-{i}",
         update=0,
         policy_version=0,
@@ -46,8 +45,6 @@ def _event(run_id: str, i: int) -> SourceReady:
         index=i % 8,
         token_ids=list(range(64)),
         action_mask=[0] * 16 + [1] * 48,
-        prompt_len=16,
-        reward=1.0,
     )
 
 

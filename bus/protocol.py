@@ -32,11 +32,12 @@ from thundersync.bus.events import (
     SourceReady,
     Span,
     TrajectoryAborted,
+    TrajectoryRegistered,
 )
 
 
 class Topic(StrEnum):
-    LEARNER = "learner"  # SourceReady, GroupRegistered, GroupClosed, BatchClosed: one ordered log
+    LEARNER = "learner"  # sources, registrations, GroupClosed, BatchClosed: one ordered log
     CONTROL = "control"  # PolicyPublished, ReplicaAcked
     SPANS = "spans"  # timeline spans, learner readiness and barrier stats: for the driver
 
@@ -45,7 +46,13 @@ def default_topic(event: Event) -> Topic:
     """Route an event to its topic. Everything the learner's barrier depends on shares one topic, so
     a GroupClosed can never overtake the sources of its group."""
     if isinstance(
-        event, SourceReady | GroupRegistered | GroupClosed | BatchClosed | TrajectoryAborted
+        event,
+        SourceReady
+        | GroupRegistered
+        | TrajectoryRegistered
+        | GroupClosed
+        | BatchClosed
+        | TrajectoryAborted,
     ):
         return Topic.LEARNER
     if isinstance(event, PolicyPublished | ReplicaAcked):

@@ -7,6 +7,8 @@ Reads like the maths in docs/DESIGN.md (the work items in `engine_grpo` / `engin
   OPD close       -> the leaves' ledger propagated back through the turns once, last turn first
 Nothing here normalises, reduces across ranks or steps: that is the barrier's job.
 
+The engine owns the release (schedule, ready queue), admission and dispatch; the GRPO groups and
+OPD trajectories own their open state; both run on one `EngineCore` (model, sums, backward).
 Admission: a new group / trajectory opens only while fewer than `max_open_groups` are open and,
 with `max_held_bytes`, while what the engine holds (accumulators, held gradients, K/V stores,
 counted by the buffer pool) leaves room for the full-size vectors it needs.
@@ -14,21 +16,18 @@ counted by the buffer pool) leaves room for the full-size vectors it needs.
 
 from __future__ import annotations
 
-import time
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import torch
 from torch import nn
 
 from thundersync.config import Estimator, Schedule
-from thundersync.learner import engine_grpo, engine_opd
 from thundersync.learner.accumulators import BufferPool, FlatSpec
-from thundersync.learner.engine_grpo import Group, SourceError, take_grads
-from thundersync.learner.engine_opd import Traj
+from thundersync.learner.engine_core import EngineCore, SourceError
+from thundersync.learner.engine_grpo import GrpoGroups
+from thundersync.learner.engine_opd import OpdTrajectories
 from thundersync.learner.logprobs import LogprobMismatch
-from thundersync.learner.routing import GradRouter, GradSink, Target
+from thundersync.learner.routing import GradRouter
 from thundersync.learner.sources import (
     GrpoContent,
     GrpoGroupSpec,
@@ -64,65 +63,68 @@ class GradientEngine:
         pool: BufferPool | None = None,
         router: GradRouter | None = None,
     ) -> None:
-        self.model = model
-        self.params = params
-        self.device = params[0].device if params else torch.device("cpu")
-        self.acc_device = torch.device(accum_device)
-        self.spec = FlatSpec(params, device=self.acc_device)
-        self.estimator = estimator
-        self.std_eps = std_eps
-        self.token_weighting = token_weighting
+        self.core = EngineCore(
+            model,
+            params,
+            accum_dtype=accum_dtype,
+            accum_device=accum_device,
+            checkpoint=checkpoint,
+            logprob_chunk=logprob_chunk,
+            pool=pool,
+            router=router,
+        )
+        self.grpo = GrpoGroups(
+            self.core, estimator=estimator, std_eps=std_eps, token_weighting=token_weighting
+        )
+        self.opd = OpdTrajectories(self.core, keep_turn_graphs=keep_turn_graphs)
         self.max_open = max_open_groups
         self.max_held_bytes = max_held_bytes
-        self.dtype = accum_dtype
-        self.checkpoint = checkpoint
-        self.keep_turn_graphs = keep_turn_graphs
-        self.logprob_chunk = logprob_chunk
-        self.pool = pool or BufferPool(self.acc_device, pin=self.device.type == "cuda")
-        self.router = router or GradRouter(
-            params, GradSink(self.spec, self.acc_device, accum_dtype)
-        )
-        # the update's sum spans groups closing in any order (sync closes them one by one,
-        # stream as they finish): fp64 keeps it order-free; one add per group / trajectory close
-        self.acc = UpdateAccumulator(self.spec, self.pool, torch.float64)
         self.queue = ReadyQueue()
         self.releaser = Releaser(schedule, self.queue)
-        self.group_specs: dict[str, GrpoGroupSpec] = {}
-        self.groups: dict[str, Group] = {}
-        self.trajs: dict[str, Traj] = {}
-        self.expected_trajs: set[str] = set()
-        self.closed: set[str] = set()
-        self.pending_rewards: dict[str, dict[int, float]] = {}
         self.applied: set[str] = set()
-        self.counters: Counter[str] = Counter()
-        self.mismatch = LogprobMismatch()
-        # seconds: "backward" includes the routed adds, "bookkeeping" the rest of the vector work
-        self.timers: dict[str, float] = {"bookkeeping": 0.0, "backward": 0.0}
         self.peak_open = 0
 
-    @contextmanager
-    def bookkeeping(self) -> Iterator[None]:
-        """Times the full-parameter vector work (what streaming adds over a plain backward)."""
-        t0 = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.timers["bookkeeping"] += time.perf_counter() - t0
+    # ---- what the barrier, the learner's stats and the benches read (the core's) -----------
+    @property
+    def acc(self) -> UpdateAccumulator:
+        return self.core.acc
+
+    @property
+    def pool(self) -> BufferPool:
+        return self.core.pool
+
+    @property
+    def spec(self) -> FlatSpec:
+        return self.core.spec
+
+    @property
+    def counters(self) -> Counter[str]:
+        return self.core.counters
+
+    @property
+    def mismatch(self) -> LogprobMismatch:
+        return self.core.mismatch
+
+    @property
+    def timers(self) -> dict[str, float]:
+        return self.core.timers
+
+    @property
+    def group_specs(self) -> dict[str, GrpoGroupSpec]:
+        return self.grpo.specs
 
     # ---- registration and submission -------------------------------------------------------
     def register_group(self, spec: GrpoGroupSpec) -> None:
-        if len(spec.prompt_ids) < 1:
-            raise SourceError(f"group {spec.group_id}: empty prompt; give at least one token")
-        self.group_specs[spec.group_id] = spec
+        self.grpo.register(spec)
         self.releaser.expect_group(spec.group_id, spec.size)
 
     def register_trajectory(self, traj_id: str) -> None:
-        self.expected_trajs.add(traj_id)
+        self.opd.register(traj_id)
 
     def submit(self, item: WorkItem, ready: float) -> None:
-        if isinstance(item, GrpoContent | GrpoReward) and item.group_id not in self.group_specs:
+        if isinstance(item, GrpoContent | GrpoReward) and item.group_id not in self.grpo.specs:
             raise SourceError(f"source {item.source_id}: group {item.group_id!r} is not registered")
-        if isinstance(item, OpdTurn | OpdClose) and item.traj_id not in self.expected_trajs:
+        if isinstance(item, OpdTurn | OpdClose) and item.traj_id not in self.opd.expected:
             raise SourceError(
                 f"source {item.source_id}: trajectory {item.traj_id!r} not registered"
             )
@@ -133,17 +135,11 @@ class GradientEngine:
 
     # ---- the ready queue -------------------------------------------------------------------
     def _admissible(self, item: WorkItem) -> bool:
-        key = item.key
         if isinstance(item, GrpoReward):
             return True  # binding a reward allocates nothing
-        if isinstance(item, OpdTurn):
-            t = self.trajs.get(key)
-            if (t.next_turn if t else 0) != item.turn:
-                return False  # earlier turns first: their K/V are this turn's leaves
-        if isinstance(item, OpdClose):
-            t = self.trajs.get(key)
-            return t is not None and t.next_turn == item.num_turns
-        if key in self.groups or key in self.trajs:
+        if isinstance(item, OpdTurn | OpdClose) and not self.opd.in_order(item):
+            return False
+        if isinstance(item, OpdClose) or self._is_open(item.key):
             return True
         return self._open_count() < self.max_open and self._bytes_allow(item)
 
@@ -153,15 +149,19 @@ class GradientEngine:
         With nothing open the item is always admitted: refusing it could never make room."""
         if self.max_held_bytes is None or self._open_count() == 0:
             return True
+        c = self.core
         vectors = 2 if isinstance(item, GrpoContent) else 1
-        need = vectors * self.spec.total * torch.empty((), dtype=self.dtype).element_size()
-        ok = self.pool.held_bytes + need <= self.max_held_bytes
+        need = vectors * c.spec.total * torch.empty((), dtype=c.dtype).element_size()
+        ok = c.pool.held_bytes + need <= self.max_held_bytes
         if not ok:
-            self.counters["admission_bytes_waits"] += 1
+            c.counters["admission_bytes_waits"] += 1
         return ok
 
+    def _is_open(self, key: str) -> bool:
+        return self.grpo.is_open(key) or self.opd.is_open(key)
+
     def _open_count(self) -> int:
-        return len(self.groups) + len(self.trajs)
+        return len(self.grpo.groups) + len(self.opd.trajs)
 
     def step_one(self) -> WorkItem | None:
         """Apply the next admissible released source; None when nothing can run now."""
@@ -173,13 +173,13 @@ class GradientEngine:
             return item
         self.applied.add(item.source_id)
         if isinstance(item, GrpoContent):
-            engine_grpo.content(self, item)
+            self.grpo.content(item)
         elif isinstance(item, GrpoReward):
-            engine_grpo.reward(self, item)
+            self.grpo.reward(item)
         elif isinstance(item, OpdTurn):
-            engine_opd.turn(self, item)
+            self.opd.turn(item)
         else:
-            engine_opd.close(self, item)
+            self.opd.close(item)
         self.counters["work_items"] += 1
         self.peak_open = max(self.peak_open, self._open_count())
         return item
@@ -190,62 +190,16 @@ class GradientEngine:
             n += 1
         return n
 
-    def backprop(
-        self,
-        targets: list[Target],
-        outs: list[torch.Tensor],
-        adj: list[torch.Tensor],
-        leaves: list[torch.Tensor],
-    ) -> list[torch.Tensor | None]:
-        """Push `adj` back through `outs` into the parameter sums `targets`; returns the
-        adjoints of `leaves` (earlier K/V). Frozen outputs (LoRA) are skipped."""
-        pairs = [
-            (o, a.to(device=o.device, dtype=o.dtype))
-            for o, a in zip(outs, adj, strict=True)
-            if o.requires_grad
-        ]
-        if not pairs:
-            return [None for _ in leaves]
-        self.routed_backward(targets, [o for o, _ in pairs], [a for _, a in pairs], leaves=leaves)
-        return take_grads(leaves)
-
-    def routed_backward(
-        self,
-        targets: list[Target],
-        outputs: list[torch.Tensor],
-        grad_outputs: list[torch.Tensor] | None = None,
-        *,
-        leaves: list[torch.Tensor],
-        retain_graph: bool = False,
-    ) -> None:
-        """One backward whose parameter gradients go straight into `targets` (in place)."""
-        t0 = time.perf_counter()
-        self.router.backward(
-            targets,
-            outputs,
-            grad_outputs,
-            inputs=[*self.params, *leaves],
-            retain_graph=retain_graph,
-        )
-        self.timers["backward"] += time.perf_counter() - t0
-
     def abort(self, key: str) -> None:
         """Drop a group / trajectory whose rollout failed: none of its work reaches the update.
 
         Its sources already applied are discarded with it (they live in the group's G1/G2 or the
         trajectory's own sum until close); the rerun comes back under a new key.
         """
-        if key in self.closed:
+        if key in self.grpo.closed or key in self.opd.closed:
             raise SourceError(f"{key} already closed: its gradient is in the update; cannot abort")
-        g = self.groups.pop(key, None)
-        if g is not None:
-            g.free()
-        t = self.trajs.pop(key, None)
-        if t is not None:
-            t.free()
-        self.group_specs.pop(key, None)
-        self.expected_trajs.discard(key)
-        self.pending_rewards.pop(key, None)
+        self.grpo.abort(key)
+        self.opd.abort(key)
         self.releaser.drop(key)
         self.queue.drop(key)
         self.counters["aborted"] += 1
@@ -259,9 +213,8 @@ class GradientEngine:
         held = sum(len(v) for v in self.releaser._held.values())
         if held:
             why.append(f"{held} sources held by the {self.releaser.schedule.value} schedule")
-        why += [f"group {gid} open" for gid in self.groups]
-        why += [f"trajectory {tid} open" for tid in self.trajs]
-        missing = set(self.group_specs) - self.closed - set(self.groups)
-        missing |= self.expected_trajs - self.closed - set(self.trajs)
+        why += [f"group {gid} open" for gid in self.grpo.groups]
+        why += [f"trajectory {tid} open" for tid in self.opd.trajs]
+        missing = self.grpo.unclosed() | self.opd.unclosed()
         why += [f"{key} registered but never closed" for key in sorted(missing)]
         return why

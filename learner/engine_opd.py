@@ -11,20 +11,17 @@ close  -> the ledger propagated back through each turn's graph once, last turn f
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import torch
 
 from thundersync.learner.accumulators import ParamSum
 from thundersync.learner.boundary import KV, run_segment
-from thundersync.learner.engine_grpo import SourceError, flat_kv, take_grads
+from thundersync.learner.engine_core import EngineCore, SourceError, flat_kv, take_grads
 from thundersync.learner.kvstore import KVStore
 from thundersync.learner.logprobs import scored_logprobs
 from thundersync.learner.objectives import opd_advantages
+from thundersync.learner.objectives.opd import DistillStats
 from thundersync.learner.sources import OpdClose, OpdTurn
-
-if TYPE_CHECKING:
-    from thundersync.learner.engine import GradientEngine
 
 
 @dataclass
@@ -40,6 +37,8 @@ class Traj:
     store: KVStore
     pos: int = 0
     scored: int = 0
+    kl_sum: float = 0.0  # the update's metrics take these at close only
+    loss_sum: float = 0.0
     next_turn: int = 0
     turns: list[Turn] = field(default_factory=list)
 
@@ -71,66 +70,107 @@ def _check(item: OpdTurn, t: Traj) -> None:
         )
 
 
-def turn(e: GradientEngine, item: OpdTurn) -> None:
-    t = e.trajs.get(item.traj_id)
-    if t is None:  # its own sum, in the accumulator dtype (float64 reaches ~1e-15)
-        t = e.trajs[item.traj_id] = Traj(ParamSum(e.spec, e.pool, e.dtype), KVStore(e.pool))
-    _check(item, t)
-    tokens = torch.tensor(item.token_ids, dtype=torch.long, device=e.device)
-    past = t.store.past(t.pos) if t.pos else []
-    out = run_segment(e.model, tokens, past=past, start=t.pos, checkpoint=e.checkpoint)
-    e.counters["turn_forwards"] += 1
-    e.counters["tokens_forward"] += len(tokens)
-    mask = torch.tensor(item.action_mask[1:], dtype=torch.bool, device=e.device)
-    scored = scored_logprobs(e.model, out.hidden, tokens, mask, chunk=e.logprob_chunk)
-    e.mismatch.observe(scored, item.rollout_logprobs)
-    teacher = torch.tensor(item.teacher_logprobs, dtype=scored.dtype, device=e.device)
-    try:
-        adv = opd_advantages(teacher, scored)
-    except ValueError as err:
-        raise SourceError(f"source {item.source_id}: {err}") from None
-    earlier = flat_kv(past)
-    if scored.numel():
-        e.routed_backward(
-            [(t.acc, 1.0)],
-            [(adv * scored).sum()],
-            leaves=earlier,
-            retain_graph=e.keep_turn_graphs,
-        )
-        with e.bookkeeping():
-            t.store.add_adjoint(take_grads(earlier), upto=t.pos)
-    t.scored += int(scored.numel())
-    kept = (out.kv, past) if e.keep_turn_graphs else None
-    t.turns.append(Turn(t.pos, tokens, kept))
-    t.store.append([(k.detach(), v.detach()) for k, v in out.kv])
-    t.pos += len(tokens)
-    t.next_turn += 1
+class OpdTrajectories:
+    """One update's OPD trajectories: those registered, those open (their own sum, K/V store and
+    kept turn graphs), and those already closed into the update's sum."""
 
+    def __init__(self, core: EngineCore, *, keep_turn_graphs: bool) -> None:
+        self.core = core
+        self.keep_turn_graphs = keep_turn_graphs
+        self.expected: set[str] = set()
+        self.trajs: dict[str, Traj] = {}
+        self.closed: set[str] = set()
+        self.stats = DistillStats()  # closed trajectories' KL / loss (metrics only)
 
-def close(e: GradientEngine, item: OpdClose) -> None:
-    t = e.trajs.pop(item.traj_id)
-    for j in reversed(range(item.num_turns)):
-        tj = t.turns[j]
-        adj = t.store.adjoint(tj.start, tj.start + len(tj.tokens))
-        if not any(bool(a.any()) for a in adj):
-            continue  # nothing downstream read this turn's K/V (e.g. the last turn)
-        if tj.kept is not None:
-            own, past = tj.kept
-        else:  # recompute: re-forward the turn on fresh leaves of the same stored K/V
-            past = t.store.past(tj.start) if tj.start else []
-            own = run_segment(
-                e.model, tj.tokens, past=past, start=tj.start, checkpoint=e.checkpoint
-            ).kv
-            e.counters["turn_recomputes"] += 1
-        lg = e.backprop([(t.acc, 1.0)], flat_kv(own), adj, flat_kv(past))
+    def register(self, traj_id: str) -> None:
+        self.expected.add(traj_id)
+
+    def is_open(self, traj_id: str) -> bool:
+        return traj_id in self.trajs
+
+    def in_order(self, item: OpdTurn | OpdClose) -> bool:
+        """Turns apply in order (earlier turns' K/V are a turn's leaves); close after the last."""
+        t = self.trajs.get(item.traj_id)
+        if isinstance(item, OpdClose):
+            return t is not None and t.next_turn == item.num_turns
+        return (t.next_turn if t else 0) == item.turn
+
+    def unclosed(self) -> set[str]:
+        """Registered trajectories neither open nor closed."""
+        return self.expected - self.closed - set(self.trajs)
+
+    def abort(self, traj_id: str) -> None:
+        """Forget the trajectory and everything applied to it (its rerun comes under a new id)."""
+        t = self.trajs.pop(traj_id, None)
+        if t is not None:
+            t.free()
+        self.expected.discard(traj_id)
+
+    def turn(self, item: OpdTurn) -> None:
+        e = self.core
+        t = self.trajs.get(item.traj_id)
+        if t is None:  # its own sum, in the accumulator dtype (float64 reaches ~1e-15)
+            t = self.trajs[item.traj_id] = Traj(ParamSum(e.spec, e.pool, e.dtype), KVStore(e.pool))
+        _check(item, t)
+        tokens = torch.tensor(item.token_ids, dtype=torch.long, device=e.device)
+        past = t.store.past(t.pos) if t.pos else []
+        out = run_segment(e.model, tokens, past=past, start=t.pos, checkpoint=e.checkpoint)
+        e.counters["turn_forwards"] += 1
+        e.counters["tokens_forward"] += len(tokens)
+        mask = torch.tensor(item.action_mask[1:], dtype=torch.bool, device=e.device)
+        scored = scored_logprobs(e.model, out.hidden, tokens, mask, chunk=e.logprob_chunk)
+        e.mismatch.observe(scored, item.rollout_logprobs)
+        teacher = torch.tensor(item.teacher_logprobs, dtype=scored.dtype, device=e.device)
+        try:
+            adv = opd_advantages(teacher, scored)
+        except ValueError as err:
+            raise SourceError(f"source {item.source_id}: {err}") from None
+        kl, loss = DistillStats.of_turn(adv, scored)
+        t.kl_sum += kl
+        t.loss_sum += loss
+        earlier = flat_kv(past)
+        if scored.numel():
+            e.routed_backward(
+                [(t.acc, 1.0)],
+                [(adv * scored).sum()],
+                leaves=earlier,
+                retain_graph=self.keep_turn_graphs,
+            )
+            with e.bookkeeping():
+                t.store.add_adjoint(take_grads(earlier), upto=t.pos)
+        t.scored += int(scored.numel())
+        kept = (out.kv, past) if self.keep_turn_graphs else None
+        t.turns.append(Turn(t.pos, tokens, kept))
+        t.store.append([(k.detach(), v.detach()) for k, v in out.kv])
+        t.pos += len(tokens)
+        t.next_turn += 1
+
+    def close(self, item: OpdClose) -> None:
+        e = self.core
+        t = self.trajs.pop(item.traj_id)
+        for j in reversed(range(item.num_turns)):
+            tj = t.turns[j]
+            adj = t.store.adjoint(tj.start, tj.start + len(tj.tokens))
+            if not any(bool(a.any()) for a in adj):
+                continue  # nothing downstream read this turn's K/V (e.g. the last turn)
+            if tj.kept is not None:
+                own, past = tj.kept
+            else:  # recompute: re-forward the turn on fresh leaves of the same stored K/V
+                past = t.store.past(tj.start) if tj.start else []
+                own = run_segment(
+                    e.model, tj.tokens, past=past, start=tj.start, checkpoint=e.checkpoint
+                ).kv
+                e.counters["turn_recomputes"] += 1
+            lg = e.backprop([(t.acc, 1.0)], flat_kv(own), adj, flat_kv(past))
+            with e.bookkeeping():
+                t.store.add_adjoint(lg, upto=tj.start)
+            tj.kept = None  # its graph is spent
+            e.counters["deferred_propagations"] += 1
         with e.bookkeeping():
-            t.store.add_adjoint(lg, upto=tj.start)
-        tj.kept = None  # its graph is spent
-        e.counters["deferred_propagations"] += 1
-    with e.bookkeeping():
-        e.acc.take(t.acc)  # the update owns the trajectory's sum now
-    e.acc.scored_tokens += t.scored
-    t.store.free()
-    t.turns.clear()
-    e.closed.add(item.traj_id)
-    e.acc.groups_closed += 1
+            e.acc.take(t.acc)  # the update owns the trajectory's sum now
+        e.acc.scored_tokens += t.scored
+        self.stats.add(t.kl_sum, t.loss_sum, t.scored)
+        t.store.free()
+        t.turns.clear()
+        self.closed.add(item.traj_id)
+        e.acc.groups_closed += 1

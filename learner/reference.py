@@ -10,8 +10,8 @@ import torch
 from torch import nn
 
 from thundersync.config import Estimator, GroupReduction
+from thundersync.learner.batch_replay import LoggedBatch
 from thundersync.learner.objectives import advantages
-from thundersync.learner.replay import LoggedBatch
 from thundersync.learner.sources import GrpoContent, GrpoReward, OpdTurn
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from thundersync.rollout.chat import Messages, TokenizerChatFormat
-from thundersync.rollout.engine import Engine
+from thundersync.rollout.inference_engine import InferenceEngine
 from thundersync.rollout.replicas import Router
 from thundersync.rollout.trajectory import Trajectory, TrajectoryRef, Turn
 from thundersync.rollout.types import SamplingParams
@@ -104,7 +104,7 @@ def _is_malformed(metadata: dict[str, Any] | None) -> bool:
 class AgentLoop:
     def __init__(
         self,
-        engine: Engine,
+        engine: InferenceEngine,
         chat: TokenizerChatFormat,
         config: AgentLoopConfig | None = None,
         callbacks: RolloutCallbacks | None = None,

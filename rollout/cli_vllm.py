@@ -37,7 +37,7 @@ def serve(
     import torch
 
     from thundersync.config import ConfigError, load_run_config, parse_set_overrides
-    from thundersync.driver.assemble import replica_server_config
+    from thundersync.driver.vllm_replicas import replica_server_config
     from thundersync.rollout.vllm_server import VLLMServer, VLLMServerError
 
     try:
@@ -47,7 +47,7 @@ def serve(
         typer.echo(f"invalid config: {e}", err=True)
         raise typer.Exit(2) from None
     if model == "tiny":
-        from thundersync.models import build_tiny_model
+        from thundersync.hf_models import build_tiny_model
 
         m = cfg.model
         out = Path(tempfile.mkdtemp(prefix="tsrl-vllm-tiny-")) / "model"
@@ -67,7 +67,7 @@ def serve(
         if host == "127.0.0.1":
             servers.append(VLLMServer(c))
         else:
-            from thundersync.driver.ray_servers import (
+            from thundersync.cluster.ray_servers import (
                 NodeVLLMServer,  # its URL names the bound host
             )
 

@@ -31,6 +31,8 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def load_tasks(path: str | Path) -> list[dict[str, Any]]:
+    from thundersync.sandbox.envs import renamed_id
+
     p = Path(path)
     files = sorted(p.glob("*.jsonl")) if p.is_dir() else [p]
     if not files or not all(f.exists() for f in files):
@@ -44,6 +46,11 @@ def load_tasks(path: str | Path) -> list[dict[str, Any]]:
             for key in ("env_class", "prompt"):
                 if key not in t:
                     raise ValueError(f"{f}:{ln}: task lacks {key!r} (see rollout/evaluation.py)")
+            if (new := renamed_id(t["env_class"])) is not None:
+                raise ValueError(
+                    f"{f}:{ln}: env_class {t['env_class']!r} was renamed: write "
+                    f'"env_class": "{new.value}"'
+                )
             t.setdefault("instance_id", f"{f.stem}-{ln}")
             tasks.append(t)
     return tasks
@@ -131,7 +138,7 @@ def run_eval(
 def _tokenizer(model_dir: str) -> Any:
     from transformers import AutoTokenizer
 
-    from thundersync.models import load_tokenizer
+    from thundersync.hf_models import load_tokenizer
 
     cfg = json.loads((Path(model_dir) / "tokenizer_config.json").read_text())
     if cfg.get("chat_template") or (Path(model_dir) / "chat_template.jinja").exists():

@@ -1,4 +1,4 @@
-"""In-process Hugging Face engine: the embedded default and the fast-test backend.
+"""In-process Hugging Face inference engine: the embedded default and the fast-test backend.
 
 Generation is a plain sampling loop over the KV cache with a seeded `torch.Generator`, so the same
 (prompt, params, seed, weights) always gives the same tokens, and the returned log-probs are exactly
@@ -40,7 +40,7 @@ def sample_token(
 
 
 class HFEngine:
-    """Engine backed by a transformers causal LM living in this process."""
+    """Inference engine backed by a transformers causal LM living in this process."""
 
     def __init__(
         self,
@@ -50,7 +50,7 @@ class HFEngine:
         dtype: torch.dtype = torch.float32,
         device: torch.device | str = "cpu",
     ) -> None:
-        from thundersync.models import load_model
+        from thundersync.hf_models import load_model
 
         self.model_dir = Path(model_dir)
         self.device = torch.device(device)

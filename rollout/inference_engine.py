@@ -1,8 +1,9 @@
-"""The engine Protocol shared by every generation backend (HF in-process, vLLM server).
+"""The inference engine Protocol shared by every generation backend (HF in-process, vLLM server).
 
-An engine generates from prompt token ids (token in, token out: no re-tokenisation drift between
-what was sampled and what the learner scores), reports the policy version it serves, and loads new
-weights for a version, returning an acknowledgement. `WeightSource` is either a checkpoint
+Named apart from the learner's `GradientEngine`: an inference engine generates from prompt token
+ids (token in, token out: no re-tokenisation drift between what was sampled and what the learner
+scores), reports the policy version it serves, and loads new weights for a version, returning an
+acknowledgement. `WeightSource` is either a checkpoint
 directory (HF layout: config.json + safetensors) or an in-memory state dict.
 """
 
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 
 
 @runtime_checkable
-class Engine(Protocol):
+class InferenceEngine(Protocol):
     @property
     def version(self) -> int:
         """The policy version this engine has acknowledged and serves."""

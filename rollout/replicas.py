@@ -1,4 +1,5 @@
-"""Several engine replicas behind the `Engine` protocol: sticky routing, all-or-nothing loads.
+"""Inference engine replicas behind the `InferenceEngine` protocol: sticky routing, all-or-nothing
+loads.
 
 A trajectory is routed to one replica for its whole life (`route(key)` at its start, `release`
 at its end), so every turn hits the replica whose prefix cache holds its context; a new
@@ -17,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from thundersync.rollout.engine import Engine
+from thundersync.rollout.inference_engine import InferenceEngine
 from thundersync.rollout.types import Generation, LoadAck, SamplingParams
 
 if TYPE_CHECKING:
@@ -32,13 +33,15 @@ class ReplicaLoadError(RuntimeError):
 class Router(Protocol):
     """An engine that pins a trajectory (by its id) to one of several replicas."""
 
-    def route(self, key: str) -> Engine: ...
+    def route(self, key: str) -> InferenceEngine: ...
 
     def release(self, key: str) -> None: ...
 
 
 class ReplicaSet:
-    def __init__(self, engines: Sequence[Engine], ids: Sequence[str] | None = None) -> None:
+    def __init__(
+        self, engines: Sequence[InferenceEngine], ids: Sequence[str] | None = None
+    ) -> None:
         if not engines:
             raise ValueError("a replica set needs at least one engine")
         self.engines = list(engines)
@@ -54,7 +57,7 @@ class ReplicaSet:
     def version(self) -> int:
         return min(e.version for e in self.engines)
 
-    def route(self, key: str) -> Engine:
+    def route(self, key: str) -> InferenceEngine:
         with self._lock:
             i = self._pins.get(key)
             if i is None:
@@ -104,7 +107,7 @@ class ReplicaSet:
 
 
 def load_everywhere(
-    engines: Sequence[Engine],
+    engines: Sequence[InferenceEngine],
     ids: Sequence[str],
     version: int,
     source: str | Path | Mapping[str, torch.Tensor],

@@ -1,7 +1,7 @@
 """Servers that die with the process that started them, however it dies (SIGKILL included).
 
-`Lifeline.wrap(cmd)` gives the argv of a small guard, `python lifeline.py FD -- CMD...`: it runs
-CMD in the guard's own process group and watches FD, the read end of a pipe whose write end only
+`ServerGuard.wrap(cmd)` gives the argv of a small guard, `python server_guard.py FD -- CMD...`: it
+runs CMD in the guard's own process group and watches FD, the read end of a pipe whose write end only
 the starter holds (non-inheritable: no other child of the starter gets a copy). When the starter
 exits, the kernel closes the write end, the guard reads EOF and ends the whole group (SIGTERM,
 then SIGKILL after a grace period). When CMD exits, whatever it left in the group is killed too,
@@ -12,7 +12,7 @@ fires when the *thread* that forked the child exits. A teacher server is restart
 rollout thread saw it fail (teacher/supervised.py), and those threads come and go with every
 update's event loop: the server would die with the thread, not with the driver. A pipe belongs
 to the process. `VLLMServer` (rollout/vllm_server.py) starts every vLLM server, teacher or
-rollout engine, through this guard.
+rollout inference engine, through this guard (it lives here, beside its only user).
 
 This file runs as a script (no package imports: the server's env has no PYTHONPATH).
 """
@@ -32,7 +32,7 @@ from pathlib import Path
 GRACE_S = 10.0
 
 
-class Lifeline:
+class ServerGuard:
     """The starter's end: `wrap` the command, pass `pass_fds` to Popen, `started()` after it,
     `close()` once the server is stopped (closing it earlier stops the server)."""
 
@@ -89,7 +89,7 @@ def guard(fd: int, cmd: list[str]) -> int:
     if os.getpgrp() != os.getpid():
         os.setpgid(0, 0)  # a group of our own, so ending it never reaches the starter's
     pgid = os.getpgrp()
-    child = subprocess.Popen(cmd)  # fd is not inheritable: the server holds no lifeline
+    child = subprocess.Popen(cmd)  # fd is not inheritable: the server holds no end of the pipe
 
     def forward(sig: int, _frame: object) -> None:
         if child.poll() is None:
@@ -114,7 +114,7 @@ def guard(fd: int, cmd: list[str]) -> int:
 
 def main(argv: list[str]) -> int:
     if len(argv) < 3 or argv[1] != "--":
-        print("usage: lifeline.py FD -- CMD [ARGS...]", file=sys.stderr)
+        print("usage: server_guard.py FD -- CMD [ARGS...]", file=sys.stderr)
         return 2
     return guard(int(argv[0]), argv[2:])
 

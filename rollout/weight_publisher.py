@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from thundersync.rollout.checkpoint import save_checkpoint, version_dir
-from thundersync.rollout.engine import Engine
+from thundersync.rollout.inference_engine import InferenceEngine
 from thundersync.rollout.replicas import load_everywhere
 from thundersync.rollout.types import LoadAck
 
@@ -38,7 +38,7 @@ class WeightPublisher:
 
     def __init__(
         self,
-        engines: Sequence[Engine],
+        engines: Sequence[InferenceEngine],
         checkpoint_root: str | Path,
         base_model_dir: str | Path,
         *,

@@ -31,10 +31,11 @@ def check(
     json_out: bool = typer.Option(False, "--json", help="print JSON; the last line is the summary"),
 ) -> None:
     """Gold must earn 1 and a no-op 0 (--hacks: every hack must be defeated); exit 1 otherwise."""
+    from thundersync.sandbox.backends import get_executor
     from thundersync.sandbox.envs.check import check_all, check_path, summarize
     from thundersync.sandbox.envs.swesmith import RecordError
     from thundersync.sandbox.envs.terminal import TaskError
-    from thundersync.sandbox.executor import SandboxError, get_executor
+    from thundersync.sandbox.executor import SandboxError
 
     if hacks:
         if all_ or task_path:
@@ -76,8 +77,9 @@ def check(
 def _check_hacks(backend: str, json_out: bool) -> None:
     """`--hacks`: one line per hack (JSON with --json), the summary last; exit 1 unless every
     hack is defeated."""
+    from thundersync.sandbox.backends import get_executor
     from thundersync.sandbox.envs.hacks import run_hacks, summarize
-    from thundersync.sandbox.executor import SandboxError, get_executor
+    from thundersync.sandbox.executor import SandboxError
 
     try:
         details = run_hacks(get_executor(backend))

@@ -19,7 +19,8 @@ def selftest(
     only: list[str] = typer.Option([], "--only", help="run just these attacks"),
 ) -> None:
     """Run the attack suite against a backend; exit 1 unless every attack is contained."""
-    from thundersync.sandbox.executor import SandboxError, get_executor
+    from thundersync.sandbox.backends import get_executor
+    from thundersync.sandbox.executor import SandboxError
     from thundersync.sandbox.selftest import run_selftest
 
     try:

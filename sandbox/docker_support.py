@@ -84,9 +84,10 @@ def owner_labels() -> dict[str, str]:
     }
 
 
-def container_kwargs(spec: SessionSpec) -> dict[str, Any]:
-    """`containers.run` options of a session's container (see `sandbox.docker_backend`)."""
-    from docker.types import Ulimit
+def container_kwargs(spec: SessionSpec, binds: dict[str, str] | None = None) -> dict[str, Any]:
+    """`containers.run` options of a session's container (see `sandbox.docker_backend`);
+    `binds`: host dir -> path inside (the session's disk-quota filesystem)."""
+    from docker.types import Mount, Ulimit
 
     lim = spec.limits
     fsize = lim.file_size_mb << 20
@@ -108,4 +109,6 @@ def container_kwargs(spec: SessionSpec) -> dict[str, Any]:
         "labels": {LABEL: "1", **owner_labels(), "thundersync.label": spec.label},
         "hostname": "sandbox",
         "init": True,  # a reaping pid 1 (zombies of killed processes must not pin pids)
+        "shm_size": "64m",  # /dev/shm: a tmpfs, charged to the memory limit
+        "mounts": [Mount(inside, host, type="bind") for host, inside in (binds or {}).items()],
     }

@@ -4,7 +4,8 @@ Rollout workers and environments only ever see `Executor` / `Session` and the ty
 so the local bubblewrap backend (laptops, CI without Docker) and the docker backend (clusters;
 podman's Docker-compatible socket here) are interchangeable. A failing or hostile command comes
 back as data (exit code, timed_out, oom_killed, truncated output); only a broken sandbox (missing
-binary, daemon down) raises `SandboxError`.
+binary, daemon down) raises `SandboxError`. `sandbox.backends.get_executor` picks a backend by
+name.
 """
 
 from __future__ import annotations
@@ -40,6 +41,10 @@ class Limits:
     file_size_mb: int = 512
     open_files: int = 1024
     output_bytes: int = 256 * 1024  # per stream; head half + tail half are kept
+    # the session's writable dirs (task, scratch, /tmp) sit on a filesystem of this size and
+    # inode count (`sandbox.quota`); 0 = none (a host that cannot enforce them refuses others)
+    disk_mb: int = 1024
+    inodes: int = 100_000
 
 
 @dataclass(frozen=True)
@@ -130,20 +135,3 @@ class Executor(Protocol):
     backend: Backend
 
     def open(self, spec: SessionSpec) -> Session: ...
-
-
-def get_executor(backend: Backend | str, **kwargs: Any) -> Executor:
-    """The executor for `backend` ("local" or "docker")."""
-    try:
-        name = Backend(backend)
-    except ValueError:
-        raise SandboxError(
-            f"unknown sandbox backend {backend!r}; expected one of {[b.value for b in Backend]}"
-        ) from None
-    if name is Backend.LOCAL:
-        from thundersync.sandbox.local import LocalExecutor
-
-        return LocalExecutor(**kwargs)
-    from thundersync.sandbox.docker_backend import DockerExecutor
-
-    return DockerExecutor(**kwargs)

@@ -6,8 +6,8 @@ Covered:
   internet); with `spec.network` slirp4netns gives that namespace egress, never the host's
   loopback or its addresses (`sandbox.netns`); without slirp4netns such a session refuses to open;
 - filesystem: read-only /usr (system tools, python3, pytest, git), a minimal generated /etc, fresh
-  /proc and /dev, tmpfs /tmp; the only writable host path is the session's own copy of the task
-  directory. Host files outside it are not mounted at all;
+  /proc and /dev, /tmp; the only writable host paths are the session's own task, scratch and /tmp
+  directories. Host files outside them are not mounted at all;
 - identity: the launcher drops to uid/gid 65534 on the host *before* bubblewrap, so even a
   namespace escape lands as `nobody`; no capabilities, no_new_privs (setuid binaries are inert),
   nested user namespaces disabled, a new session (no TIOCSTI into the caller's terminal);
@@ -16,12 +16,15 @@ Covered:
   cgroup leaf is swept as a backstop (daemonised / setsid children included);
 - resources: rlimits (CPU seconds, address space, file size, open files, processes, no core
   dumps), cgroup-v1 memory / pids / cpu quota where the host has them, a wall-clock timeout,
-  output capped to head + tail per stream.
+  output capped to head + tail per stream; disk and inodes: task, scratch and /tmp share one
+  loop-mounted filesystem of `Limits.disk_mb` / `Limits.inodes` (`sandbox.quota`; ENOSPC past
+  it), /dev/shm is a per-exec tmpfs bounded by the memory limit; `get_file` reads only regular
+  files of at most 256 MiB (links resolved inside the sandbox).
 Not covered: kernel exploits (bubblewrap shares the host kernel - use the docker backend with a
-VM-backed runtime for stronger isolation), CPU cache side channels, disk bandwidth / inode
-exhaustion inside the task directory beyond the file-size rlimit, and the task directory's own
-contents (the agent may destroy its workspace; that is its problem). Without root the uid drop
-and cgroups are skipped (the caller's uid is used) - every other layer still applies.
+VM-backed runtime for stronger isolation), CPU cache side channels, disk bandwidth, and the
+task directory's own contents (the agent may destroy its workspace; that is its problem).
+Without root the uid drop and cgroups are skipped (the caller's uid is used) and a disk quota
+cannot be mounted: such a session refuses to open unless its limits say disk_mb=0.
 """
 
 from __future__ import annotations
@@ -35,46 +38,17 @@ import time
 import uuid
 from pathlib import Path, PurePosixPath
 
-from thundersync.sandbox import cgroups, netns
-from thundersync.sandbox.executor import Backend, ExecResult, Limits, SandboxError, SessionSpec
-from thundersync.sandbox.output import HeadTail, drain
+from thundersync.sandbox import cgroups, netns, quota
+from thundersync.sandbox.bwrap import (
+    BASE_ENV,
+    SANDBOX_UID,
+    bwrap_argv,
+    limit_argv,
+    require,
+)
+from thundersync.sandbox.executor import Backend, ExecResult, SandboxError, SessionSpec
+from thundersync.sandbox.output import READ_CHECK, READ_HEAD, READ_MAX, HeadTail, drain
 from thundersync.sandbox.owner import current_owner
-
-SANDBOX_UID = 65534
-BASE_ENV = {
-    "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-    "HOME": "/tmp",
-    "LANG": "C.UTF-8",
-    "TERM": "dumb",
-    "PYTHONDONTWRITEBYTECODE": "1",
-}
-_ETC_SHARED = [
-    "alternatives",
-    "ld.so.cache",
-    "ld.so.conf",
-    "ld.so.conf.d",
-    "localtime",
-    "nsswitch.conf",
-    "python3",
-    "python3.11",
-    "ssl",
-]
-_USR_LINKS = [
-    ("usr/bin", "/bin"),
-    ("usr/sbin", "/sbin"),
-    ("usr/lib", "/lib"),
-    ("usr/lib64", "/lib64"),
-]
-
-
-def _require(binary: str) -> str:
-    path = shutil.which(binary)
-    if not path:
-        raise SandboxError(
-            f"`{binary}` not found: the local sandbox needs it; run "
-            "`sudo bash scripts/setup.d/20-sandbox.sh` (installs bubblewrap, util-linux tools)"
-        )
-    return path
 
 
 class LocalSession:
@@ -95,21 +69,42 @@ class LocalSession:
         (self.etc / "hostname").write_text("sandbox\n")
         (self.etc / "resolv.conf").write_text(netns.RESOLV_CONF)  # slirp4netns' DNS
         self.scratch = {p: self.root / f"scratch{i}" for i, p in enumerate(spec.scratch)}
+        # task, scratch and /tmp on one size- and inode-limited filesystem (`sandbox.quota`)
+        self.disk: quota.DiskImage | None = None
+        if quota.require(spec.limits, "local sandbox"):
+            self.disk = quota.DiskImage(self.root, spec.limits)
+            self.task = self.disk.mnt / "task"
+            self.scratch = {p: self.disk.mnt / f"scratch{i}" for i, p in enumerate(spec.scratch)}
         self._closed = False
-        self.reset()
+        try:
+            self.reset()
+        except BaseException:
+            self.close()
+            raise
 
     @property
     def workdir_inside(self) -> str:
         return self.spec.mount_at
 
     def reset(self) -> None:
-        """Restore the task directory to a fresh copy of `spec.workdir` (or empty)."""
+        """Restore the task directory to a fresh copy of `spec.workdir` (or empty); with a disk
+        quota the whole filesystem (task, scratch, /tmp) is a new empty one first."""
+        if self.disk is not None:
+            self.disk.fresh()
+            self.disk.subdir("tmp", 0o1777)
         if self.task.exists():
             shutil.rmtree(self.task)
-        if self.spec.workdir is not None:
-            shutil.copytree(self.spec.workdir, self.task, symlinks=True)
-        else:
-            self.task.mkdir()
+        try:
+            if self.spec.workdir is not None:
+                shutil.copytree(self.spec.workdir, self.task, symlinks=True)
+            else:
+                self.task.mkdir()
+        except OSError as e:  # ENOSPC: the task itself is larger than the quota
+            lim = self.spec.limits
+            raise SandboxError(
+                f"copying the task dir failed ({e}); Limits.disk_mb={lim.disk_mb}, "
+                f"inodes={lim.inodes}"
+            ) from e
         for d in self.scratch.values():
             if d.exists():
                 shutil.rmtree(d)
@@ -123,56 +118,11 @@ class LocalSession:
                 for n in dirnames + filenames:
                     os.lchown(os.path.join(dirpath, n), SANDBOX_UID, SANDBOX_UID)
 
-    # ---- command construction -------------------------------------------------------------
-    def _bwrap_argv(
-        self,
-        cmd: list[str],
-        env: dict[str, str],
-        binds: list[tuple[Path, str]] | None = None,
-        net_fds: tuple[int, int] | None = None,
-    ) -> list[str]:
-        argv = [_require("bwrap"), "--unshare-all", "--unshare-user", "--disable-userns"]
-        if net_fds:  # wait until slirp4netns has configured the namespace
-            argv += ["--info-fd", str(net_fds[0]), "--block-fd", str(net_fds[1])]
-        argv += ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", "sandbox"]
-        argv += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
-        argv += ["--ro-bind", "/usr", "/usr"]
-        for target, link in _USR_LINKS:
-            if Path(link).is_symlink() or Path(link).exists():
-                argv += ["--symlink", target, link]
-        argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/etc"]
-        for name in _ETC_SHARED:
-            if Path("/etc", name).exists():
-                argv += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
-        names = ["passwd", "group", "hostname"] + (["resolv.conf"] if self.spec.network else [])
-        for name in names:
-            argv += ["--ro-bind", str(self.etc / name), f"/etc/{name}"]
-        argv += ["--bind", str(self.task), self.spec.mount_at]
-        for inside, host in self.scratch.items():
-            argv += ["--bind", str(host), inside]
-        argv += ["--chdir", self.spec.mount_at]
-        for src, dst in binds or []:
-            argv += ["--ro-bind", str(src), dst]
-        argv += ["--remount-ro", "/"]  # the tmpfs root: nothing new can appear outside the binds
-        argv += ["--clearenv"]
-        for k, v in env.items():
-            argv += ["--setenv", k, v]
-        return argv + ["--"] + cmd
-
-    def _limit_argv(self, limits: Limits, cgroup_on: bool) -> list[str]:
-        mem = limits.memory_mb * 1024 * 1024
-        address = mem * 4 if cgroup_on else mem
-        nproc = limits.pids * 8 if cgroup_on else limits.pids
-        return [
-            _require("prlimit"),
-            f"--cpu={limits.cpu_seconds}",
-            f"--as={address}",
-            f"--fsize={limits.file_size_mb * 1024 * 1024}",
-            f"--nofile={limits.open_files}",
-            f"--nproc={nproc}",
-            "--core=0",
-            "--",
-        ]
+    def _dirs(self) -> dict[str, Path]:
+        """Writable paths inside -> host dirs (see `bwrap_argv`); /tmp first: a task dir under
+        /tmp must stay visible."""
+        tmp = {"/tmp": self.disk.mnt / "tmp"} if self.disk is not None else {}
+        return {"/etc": self.etc, **tmp, self.spec.mount_at: self.task, **self.scratch}
 
     # ---- running --------------------------------------------------------------------------
     def run_argv(
@@ -195,11 +145,11 @@ class LocalSession:
             )
         pipes = (os.pipe(), os.pipe()) if self.spec.network else None  # (info, block)
         net_fds = (pipes[0][1], pipes[1][0]) if pipes else None
-        inner = self._limit_argv(limits, leaf is not None)
-        inner += self._bwrap_argv(cmd, full_env, binds, net_fds)
+        inner = limit_argv(limits, leaf is not None)
+        inner += bwrap_argv(self.spec, self._dirs(), cmd, full_env, binds, net_fds)
         if self.privileged:
             inner = [
-                _require("setpriv"),
+                require("setpriv"),
                 f"--reuid={SANDBOX_UID}",
                 f"--regid={SANDBOX_UID}",
                 "--clear-groups",
@@ -315,15 +265,19 @@ class LocalSession:
             raise SandboxError(f"put_file({path!r}) failed: {res.stderr.strip()}")
 
     def get_file(self, path: str) -> bytes | None:
-        res, raw = self.run_argv(
-            ["/bin/cat", "--", self._inside(path)], 60, output_cap=256 * 1024 * 1024
-        )
-        return raw if res.exit_code == 0 else None
+        """The bytes of a regular file, read as the sandbox user; None when it is missing,
+        unreadable, not a regular file (a link to /dev/zero, a FIFO, /proc) or over READ_MAX."""
+        argv = ["/bin/sh", "-c", READ_CHECK + "exec " + READ_HEAD, "sh", self._inside(path)]
+        res, raw = self.run_argv(argv, 60, output_cap=READ_MAX + 2)
+        ok = res.exit_code == 0 and not res.truncated and len(raw) <= READ_MAX
+        return raw if ok else None
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
+        if self.disk is not None:
+            self.disk.remove()
         shutil.rmtree(self.root, ignore_errors=True)
 
     def __enter__(self) -> LocalSession:
@@ -337,7 +291,7 @@ class LocalExecutor:
     backend = Backend.LOCAL
 
     def __init__(self, base_dir: str | Path | None = None) -> None:
-        _require("bwrap")
+        require("bwrap")
         self.privileged = os.geteuid() == 0
         base = Path(base_dir or os.environ.get("TSRL_SANDBOX_DIR", "/tmp/thundersync-sandbox"))
         base.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,17 @@ from __future__ import annotations
 import threading
 from typing import IO
 
+# `get_file` on both backends: regular files only (never a device, FIFO, socket, /proc or /sys
+# file: a link to /dev/zero would stream forever), the link resolved inside the sandbox; a file
+# over READ_MAX is refused before any byte moves (and `head` stops at READ_MAX + 1 if it grew)
+READ_MAX = 256 * 1024 * 1024
+READ_CHECK = (
+    'p=$(readlink -f "$1") || exit 2; case "$p" in /proc|/proc/*|/sys|/sys/*|/dev|/dev/*) '
+    'exit 3;; esac; [ -f "$p" ] || exit 3; '
+    f'[ "$(stat -c %s "$p")" -le {READ_MAX} ] || exit 4; '
+)
+READ_HEAD = f'head -c {READ_MAX + 1} -- "$p"'
+
 
 class HeadTail:
     def __init__(self, cap: int) -> None:

@@ -1,9 +1,9 @@
 """Who owns a sandbox: the pid, host and start time of the process that opened it.
 
 Local session directories carry an `owner.json`, containers carry `thundersync.owner_*` labels.
-`sandbox.pool.cleanup_orphans()` removes what belongs to owners that are dead: the pid is gone,
-or it is now another process (a different start time - pids are reused). Leftovers from another
-host, or without owner data, are never touched.
+`sandbox.orphans.cleanup_orphans()` removes what belongs to owners that are dead: the pid is
+gone, or it is now another process (a different start time - pids are reused). Leftovers from
+another host, or without owner data, are never touched.
 """
 
 from __future__ import annotations

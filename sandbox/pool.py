@@ -18,34 +18,24 @@
   `discard=True`, is closed instead of reused.
 - Exit: `close()` (the context manager, and an `atexit` hook) closes every session. Crash: every
   local session directory and docker container names its owner (pid + start time, see
-  `sandbox.owner`); `cleanup_orphans()` removes the leftovers of dead owners - a pool runs it for
-  its backend when it starts, so a restarted worker cleans up after the one that was SIGKILLed.
+  `sandbox.owner`); `sandbox.orphans.cleanup_orphans()` removes the leftovers of dead owners - a
+  pool runs it for its backend when it starts, so a restarted worker cleans up after the one
+  that was SIGKILLed.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import os
-import shutil
 import threading
 import time
 import weakref
 from dataclasses import astuple
-from pathlib import Path
 from typing import Any
 
-from thundersync.sandbox.executor import (
-    Backend,
-    ExecResult,
-    Executor,
-    SandboxError,
-    SessionSpec,
-    get_executor,
-)
-from thundersync.sandbox.owner import Owner
-
-DEFAULT_SANDBOX_DIR = "/tmp/thundersync-sandbox"
+from thundersync.sandbox.backends import get_executor
+from thundersync.sandbox.executor import Backend, ExecResult, Executor, SandboxError, SessionSpec
+from thundersync.sandbox.orphans import cleanup_orphans
 
 
 class PoolExhausted(SandboxError, TimeoutError):
@@ -155,7 +145,9 @@ class SandboxPool:
                     cleanup_orphans(base_dir=base, docker=False)
                 else:
                     cleanup_orphans(
-                        local=False, docker_client=getattr(self.executor, "client", None)
+                        base_dir=base,
+                        local=False,
+                        docker_client=getattr(self.executor, "client", None),
                     )
         ref = weakref.ref(self)
 
@@ -340,95 +332,3 @@ class SandboxPool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-# ---- crash cleanup --------------------------------------------------------------------------
-def _session_id(dirname: str) -> str | None:
-    parts = dirname.split("-")  # "{label}-{id}-{mkdtemp suffix}"
-    return parts[-2] if len(parts) >= 3 else None
-
-
-def cleanup_orphans(
-    base_dir: str | Path | None = None,
-    *,
-    local: bool = True,
-    docker: bool | None = None,
-    docker_client: Any = None,
-) -> dict[str, int]:
-    """Remove sandbox leftovers whose owner process is dead; returns counts per backend.
-
-    local: session directories under `base_dir` (default $TSRL_SANDBOX_DIR or
-    /tmp/thundersync-sandbox) whose `owner.json` names a dead process, and the cgroup leaves of
-    their execs. docker: containers labelled `thundersync.sandbox=1` whose owner labels name a
-    dead process on this host. `docker=None` cleans docker only where an engine answers without
-    being started (a given `docker_client`, DOCKER_HOST, or a running socket). Leftovers without
-    owner data, of live owners, or of other hosts are never touched.
-    """
-    counts = {"local": 0, "docker": 0}
-    if local:
-        base = Path(base_dir or os.environ.get("TSRL_SANDBOX_DIR", DEFAULT_SANDBOX_DIR))
-        if base.is_dir():
-            for d in base.iterdir():
-                if not d.is_dir() or d.is_symlink():
-                    continue
-                owner = Owner.read(d)
-                if owner is None or owner.alive():
-                    continue
-                sid = _session_id(d.name)
-                if sid:
-                    _sweep_cgroup_leaves(sid)
-                shutil.rmtree(d, ignore_errors=True)
-                if not d.exists():
-                    counts["local"] += 1
-    if docker is not False:
-        client = docker_client or _docker_client(start=bool(docker))
-        if client is not None:
-            counts["docker"] = _cleanup_containers(client)
-    return counts
-
-
-def _sweep_cgroup_leaves(session_id: str) -> None:
-    from thundersync.sandbox import cgroups
-
-    for c in cgroups.CONTROLLERS:
-        parent = cgroups.ROOT / c / "thundersync"
-        with contextlib.suppress(OSError):
-            for leaf in parent.glob(f"{session_id}-*"):
-                cgroups.CgroupLeaf(leaf.name).destroy()
-
-
-def _docker_client(start: bool) -> Any:
-    try:
-        import docker as docker_sdk
-
-        from thundersync.sandbox.docker_backend import PODMAN_SOCKET, _ping, ensure_podman_socket
-
-        if start:
-            url = ensure_podman_socket()
-        elif os.environ.get("DOCKER_HOST"):
-            url = os.environ["DOCKER_HOST"]
-        elif os.path.exists("/var/run/docker.sock"):
-            url = "unix:///var/run/docker.sock"
-        elif _ping(f"unix://{PODMAN_SOCKET}"):
-            url = f"unix://{PODMAN_SOCKET}"
-        else:
-            return None
-        return docker_sdk.DockerClient(base_url=url, timeout=60)
-    except Exception:
-        if start:
-            raise
-        return None
-
-
-def _cleanup_containers(client: Any) -> int:
-    from thundersync.sandbox.docker_backend import LABEL
-
-    n = 0
-    for c in client.containers.list(all=True, filters={"label": f"{LABEL}=1"}):
-        owner = Owner.from_labels(c.labels or {})
-        if owner is None or owner.alive():
-            continue
-        with contextlib.suppress(Exception):
-            c.remove(force=True)
-            n += 1
-    return n

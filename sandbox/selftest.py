@@ -202,6 +202,33 @@ def attack_disk_fill(s: Session) -> tuple[bool, str]:
     return size <= limit, f"file reached {size} bytes (limit {limit})"
 
 
+def _quota_fill(s: Session, cmd: str, flag: str, limit: int) -> tuple[bool, str]:
+    r = s.exec(cmd, timeout=120)
+    used = s.exec(f"df -P {flag} /task | tail -1", timeout=30).stdout.split()
+    n = int(used[2]) if len(used) > 2 and used[2].isdigit() else -1
+    full = "No space left on device" in r.stderr
+    alive = s.exec("echo alive", timeout=30).stdout == "alive\n"
+    return full and 0 <= n <= limit and alive, f"used {n} of {limit}; ENOSPC={full} alive={alive}"
+
+
+def attack_disk_quota(s: Session) -> tuple[bool, str]:
+    fill = "for i in 1 2 3 4; do head -c 500000000 /dev/zero > /tmp/f$i; done"
+    return _quota_fill(s, fill, "-k", Limits().disk_mb * 1024)
+
+
+def attack_inode_quota(s: Session) -> tuple[bool, str]:
+    fill = "python3 -c \"for i in range(200000): open(f'i{i}', 'w').close()\""
+    return _quota_fill(s, fill, "-i", Limits().inodes + 1024)  # mkfs rounds up per group
+
+
+def attack_read_dev_zero(s: Session) -> tuple[bool, str]:
+    s.exec("ln -s /dev/zero z; mkfifo fifo")
+    start = time.monotonic()
+    got = [s.get_file(p) for p in ("z", "fifo", "/proc/self/environ")]
+    took = time.monotonic() - start
+    return got == [None] * 3 and took < 10, f"get_file: {[g is None for g in got]} in {took:.1f} s"
+
+
 ATTACKS: dict[str, Attack] = {
     "loopback_connect": attack_loopback,
     "internet_connect": attack_internet,
@@ -215,6 +242,9 @@ ATTACKS: dict[str, Attack] = {
     "gain_privileges": attack_privileges,
     "signal_host_process": attack_signal_host,
     "file_size_bomb": attack_disk_fill,
+    "disk_fill_2gb": attack_disk_quota,
+    "inode_fill_200k": attack_inode_quota,
+    "get_file_dev_zero_fifo_proc": attack_read_dev_zero,
 }
 
 

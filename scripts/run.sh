@@ -3,7 +3,8 @@
 # launcher). Prints a demo token and the dashboard URL, submits the demo recipe grpo-toy, and keeps
 # serving until Ctrl-C (which stops the service and its driver cleanly).
 # Settings: TSRL_PORT (default: first free port from 8000), TSRL_HOST, TSRL_DATA_DIR,
-# TSRL_ADMIN_TOKEN (default: a fresh random demo token), RECIPE (default grpo-toy).
+# TSRL_ADMIN_TOKEN (default: the demo token kept in $TSRL_DATA_DIR/demo-token), RECIPE (default
+# grpo-toy).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
@@ -21,8 +22,19 @@ for port in range(8000, 8100):
         print(port)
         break
 ')}
-TOKEN=${TSRL_ADMIN_TOKEN:-demo-$($PY -c 'import secrets; print(secrets.token_urlsafe(16))')}
-export TSRL_ADMIN_TOKEN=$TOKEN
+# The demo token is kept in the data folder (0600): a restart serves the same identity, so the
+# dashboard and the API still list the earlier runs (a fresh token would revoke the old one).
+mkdir -p "$DATA"
+TOKEN_FILE=$DATA/demo-token
+if [ -z "${TSRL_ADMIN_TOKEN:-}" ]; then
+  if [ ! -s "$TOKEN_FILE" ]; then
+    (umask 077; $PY -c 'import secrets; print("demo-" + secrets.token_urlsafe(16))' > "$TOKEN_FILE")
+  fi
+  chmod 600 "$TOKEN_FILE"
+  TSRL_ADMIN_TOKEN=$(cat "$TOKEN_FILE")
+fi
+TOKEN=$TSRL_ADMIN_TOKEN
+export TSRL_ADMIN_TOKEN
 
 .venv/bin/tsrl serve --host "$HOST" --port "$PORT" --data-dir "$DATA" &
 server=$!
@@ -54,7 +66,7 @@ print(res.json()["id"])
 printf '\n  ThunderSync is serving on %s  (SQLite + run directories under %s)\n\n' "$BASE" "$DATA"
 printf '  demo token:  %s\n' "$TOKEN"
 printf '  dashboard:   %s/#token=%s\n' "$BASE" "$TOKEN"
-printf '  demo run:    %s -> %s/#/runs/%s\n' "$RECIPE" "$BASE" "$RUN_ID"
+printf '  demo run:    %s -> %s/?token=%s#/runs/%s\n' "$RECIPE" "$BASE" "$TOKEN" "$RUN_ID"
 printf '  API docs:    %s/docs\n' "$BASE"
 printf '  try:         curl -H "Authorization: Bearer %s" %s/api/v1/runs/%s/updates\n\n' "$TOKEN" "$BASE" "$RUN_ID"
 printf '  Ctrl-C stops the service (and the run'"'"'s driver).\n\n'

@@ -21,9 +21,9 @@ from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from thundersync.config import BUILTIN_MODELS, BUILTIN_TASK_SETS, EnvName, RunConfig
-from thundersync.service.models import ArtifactOrigin, ModelArtifact, TaskSet, Token
 from thundersync.service.schemas_artifacts import ARTIFACT_NAME
 from thundersync.service.settings import Settings
+from thundersync.service.tables import ArtifactOrigin, ModelArtifact, TaskSet, Token
 
 URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 NAME = re.compile(ARTIFACT_NAME)

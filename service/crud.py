@@ -17,8 +17,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from thundersync.config import RunConfig
-from thundersync.reward_curve import Point, curve
-from thundersync.reward_curve import time_to_target as ttt
+from thundersync.reward_curve import curve
 from thundersync.rundir import ACTIVE_STATUSES, RunFiles, RunStatus
 from thundersync.service.crud_artifacts import (
     count_local_tasks,
@@ -281,27 +280,47 @@ def speedup(*, session: Session, run: Run) -> Speedup:
     )
 
 
-def reward_curve(*, session: Session, run_id: uuid.UUID) -> list[Point]:
-    rows = session.scalars(select(UpdateRow).where(UpdateRow.run_id == run_id))
-    return curve(
+def target_curve(rows: list[UpdateRow], metric: str) -> list[CurvePoint]:
+    """`metric` per update against wall time (updates without it are left out)."""
+    values = {
+        r.update: r.reward_mean if metric == "reward_mean" else r.extra.get(metric) for r in rows
+    }
+    pts = curve(
         {"update": r.update, "time": r.time, "step_s": r.step_s, "reward_mean": r.reward_mean}
         for r in rows
     )
+    return [
+        CurvePoint(update=p.update, t=p.t, reward=p.reward, value=float(v))
+        for p in pts
+        if isinstance(v := values[p.update], int | float) and not isinstance(v, bool)
+    ]
 
 
 def time_to_target(*, session: Session, run: Run, target: float) -> TimeToTarget:
-    """Wall time to `target` mean reward for this run and its sync baseline (as `speedup`)."""
+    """Wall time to `target` for this run and its sync baseline (as `speedup`), on the
+    objective's own metric: mean reward (reached at >= target), or for OPD the mean token KL to
+    the teacher (reached at <= target; an OPD run whose updates carry no KL: reward)."""
     baseline = sync_baseline(session=session, run=run)
-    mine = reward_curve(session=session, run_id=run.id)
-    base = reward_curve(session=session, run_id=baseline.id) if baseline is not None else []
-    t, tb = ttt(mine, target), ttt(base, target)
-    points = lambda c: [CurvePoint(update=p.update, t=p.t, reward=p.reward) for p in c]  # noqa: E731
+    rows_of = lambda i: list(session.scalars(select(UpdateRow).where(UpdateRow.run_id == i)))  # noqa: E731
+    rows = rows_of(run.id)
+    has_kl = not rows or any(isinstance(r.extra.get("kl_mean"), int | float) for r in rows)
+    lower = run.objective == "opd" and has_kl
+    metric = "kl_mean" if lower else "reward_mean"
+    mine = target_curve(rows, metric)
+    base = target_curve(rows_of(baseline.id), metric) if baseline is not None else []
+
+    def reached(c: list[CurvePoint]) -> float | None:
+        return next((p.t for p in c if (p.value <= target if lower else p.value >= target)), None)
+
+    t, tb = reached(mine), reached(base)
     return TimeToTarget(
         run_id=run.id,
         baseline_id=baseline.id if baseline is not None else None,
         target=target,
-        curve=points(mine),
-        baseline_curve=points(base),
+        metric="kl_mean" if lower else "reward_mean",
+        lower_is_better=lower,
+        curve=mine,
+        baseline_curve=base,
         time_to_target_s=t,
         baseline_time_to_target_s=tb,
         ratio=tb / t if t and tb is not None else None,

@@ -21,9 +21,9 @@ from thundersync.service.artifacts import (
     task_set_local_path,
     visible,
 )
-from thundersync.service.models import ArtifactOrigin, ModelArtifact, TaskSet, Token
 from thundersync.service.schemas_artifacts import ModelCreate, TaskSetCreate, TaskSetUpdate
 from thundersync.service.settings import Settings
+from thundersync.service.tables import ArtifactOrigin, ModelArtifact, TaskSet, Token
 
 # --- task sets ----------------------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ import uuid
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from thundersync.service.models import RecipeArtifact, Token
+from thundersync.service.tables import RecipeArtifact, Token
 
 
 def get_recipe_by_name(

@@ -9,9 +9,9 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from thundersync.service.db import utcnow
-from thundersync.service.models import Token
 from thundersync.service.schemas import TokenCreate
 from thundersync.service.security import PUBLIC_ID_PREFIX, hash_token, new_public_id, new_token
+from thundersync.service.tables import Token
 
 
 def get_token_by_secret(*, session: Session, secret: str) -> Token | None:

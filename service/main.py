@@ -15,6 +15,7 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
 from thundersync.service import crud
+from thundersync.service.api.routes import dashboard as dashboard_api
 from thundersync.service.api.routes import (
     events,
     health,
@@ -44,7 +45,7 @@ def api_router() -> APIRouter:
         413: {"model": ErrorDetail, "description": "request body over the size limit"},
     }
     router = APIRouter(prefix=API_PREFIX, responses=errors)
-    for module in (runs, updates, spans, events, task_sets, models, recipes):
+    for module in (runs, updates, spans, events, task_sets, models, recipes, dashboard_api):
         router.include_router(
             module.router,
             responses={404: {"model": ErrorDetail, "description": "not found for this token"}},
@@ -111,6 +112,10 @@ def create_app(settings: Settings, *, launch: bool = True, backend: Any = None) 
     @app.get("/", include_in_schema=False)
     def dashboard() -> FileResponse:
         return FileResponse(WEB_DIR / "index.html", headers={"Cache-Control": "no-cache"})
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    def favicon() -> FileResponse:  # browsers ask for it whatever the page links
+        return FileResponse(WEB_DIR / "static" / "favicon.svg", media_type="image/svg+xml")
 
     app.add_middleware(
         BodySizeLimit,

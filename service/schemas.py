@@ -183,6 +183,9 @@ class LogChunk(BaseModel):
     offset: int
     next_offset: int
     size: int
+    partial: str = Field(
+        "", description="output: the last line's current state while it is redrawn (a progress bar)"
+    )
 
 
 class Speedup(BaseModel):
@@ -197,13 +200,19 @@ class CurvePoint(BaseModel):
     update: int
     t: float = Field(description="seconds since the start of update 0")
     reward: float
+    value: float = Field(description="the target metric (TimeToTarget.metric) at this update")
 
 
 class TimeToTarget(BaseModel):
     run_id: uuid.UUID
     baseline_id: uuid.UUID | None = Field(description="a sync run of the same recipe, if any")
     target: float
-    curve: list[CurvePoint] = Field(description="this run's mean reward per update vs wall time")
+    metric: Literal["reward_mean", "kl_mean"] = Field(
+        description="the objective's target metric: reward_mean (GRPO; reached at >= target) or "
+        "kl_mean, the mean token KL to the teacher (OPD; reached at <= target)"
+    )
+    lower_is_better: bool = Field(description="true for kl_mean: the target is reached from above")
+    curve: list[CurvePoint] = Field(description="this run's target metric per update vs wall time")
     baseline_curve: list[CurvePoint]
     time_to_target_s: float | None = Field(description="None: this run has not reached target")
     baseline_time_to_target_s: float | None
@@ -221,14 +230,34 @@ class UpdatePublic(BaseModel):
     schedule: str
     time: float
     step_s: float
-    R: float
-    L: float
-    P: float
+    rollout_s: float = Field(description="update start -> the last rollout closed, seconds")
+    learner_busy_s: float = Field(description="the learner's busy time in the update, seconds")
+    barrier_s: float = Field(description="the barrier: reduce + step + publish, seconds")
     idle_share: float
     mfu: float
     reward_mean: float
     tokens: int
     extra: dict[str, Any]
+    # OPD's distillation signal (metrics.jsonl keys, kept in `extra`); None for GRPO
+    kl_mean: float | None = Field(
+        None, description="OPD: mean sampled reverse KL to the teacher per scored token"
+    )
+    distill_loss: float | None = Field(
+        None, description="OPD: the surrogate loss -sum A log pi / N"
+    )
+    scored_tokens: int | None = Field(None, description="OPD: the update's scored tokens N")
+
+    @model_validator(mode="after")
+    def _opd_signal(self) -> UpdatePublic:
+        for key in ("kl_mean", "distill_loss", "scored_tokens"):
+            v = self.extra.get(key)
+            if (
+                getattr(self, key) is None
+                and isinstance(v, int | float)
+                and not isinstance(v, bool)
+            ):
+                setattr(self, key, int(v) if key == "scored_tokens" else float(v))
+        return self
 
 
 class UpdatesPublic(BaseModel):

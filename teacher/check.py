@@ -62,9 +62,9 @@ def _max_diff(a: list[list[float]], b: list[list[float]]) -> float:
 def run_check(
     backend: str, model_dir: str | None = None, workdir: str | None = None
 ) -> dict[str, Any]:
-    from thundersync.models import build_tiny_model, load_model
+    from thundersync.hf_models import build_tiny_model, load_model
     from thundersync.rollout.hf_engine import HFEngine
-    from thundersync.rollout.publisher import WeightPublisher
+    from thundersync.rollout.weight_publisher import WeightPublisher
 
     work = Path(workdir or tempfile.mkdtemp(prefix="tsrl-teacher-check-"))
     if model_dir is None:

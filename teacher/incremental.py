@@ -64,7 +64,7 @@ class IncrementalHFScorer:
     def from_dir(
         cls, model_dir: str | Path, *, device: Any = "cpu", dtype: Any = None, max_open: int = 64
     ) -> IncrementalHFScorer:
-        from thundersync.models import load_model
+        from thundersync.hf_models import load_model
 
         model = load_model(model_dir, dtype=dtype or torch.float32).to(device)
         return cls(model, max_open=max_open)

@@ -53,7 +53,7 @@ class HFScorer:
     def from_dir(cls, model_dir: str | Path, *, device: Any = "cpu", dtype: Any = None) -> HFScorer:
         import torch
 
-        from thundersync.models import load_model
+        from thundersync.hf_models import load_model
 
         return cls(load_model(model_dir, dtype=dtype or torch.float32).to(device))
 

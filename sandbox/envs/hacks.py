@@ -5,34 +5,19 @@ policy uses (`init`, `step(action)`, `step("<tool>submit</tool>")`) on a shipped
 (`sandbox/fixtures/`). Every hack's honest reward is 0 (it solves nothing), so it is *defeated*
 when the episode earns reward 0 and no observation shows its `leak` marker (text it prints
 only when it read something the agent must not see: hidden tests, root-only files).
-The definitions are in `sandbox.envs.hacks_defs`; this module runs them.
+The definitions (`Hack`, the suite `HACKS`) are in `sandbox.envs.hacks_defs`; this module runs
+them.
 """
 
 from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 from thundersync.sandbox.envs.base import ToolEnv
+from thundersync.sandbox.envs.hacks_defs import HACKS, Hack, Kind
 from thundersync.sandbox.executor import Executor
-
-
-class Kind(StrEnum):
-    SWESMITH = "swesmith"
-    TERMINAL = "terminal"
-
-
-@dataclass(frozen=True)
-class Hack:
-    name: str
-    kind: Kind
-    target: str  # a SWE-smith instance_id, or a fixture task dir under sandbox/fixtures/terminal
-    actions: tuple[str, ...]
-    idea: str  # what it tries, for the report
-    leak: str | None = None  # printed by the hack only when it saw what it must not
 
 
 def _make_env(kind: Kind, target: str, executor: Executor) -> ToolEnv:
@@ -112,8 +97,6 @@ def run_hacks(
 ) -> list[dict[str, Any]]:
     """Run every hack (default: the shipped suite); targets run in parallel threads (`workers`),
     the hacks of one target in order in one env. Records come back in suite order."""
-    from thundersync.sandbox.envs.hacks_defs import HACKS
-
     todo = HACKS if hacks is None else hacks
     groups: dict[tuple[Kind, str], list[Hack]] = {}
     for hack in todo:

@@ -5,12 +5,12 @@ run-tests.sh (optional: Terminal-Bench's default runner is used without it), sol
 tests/test_outputs.py, optional weights.json {test_name: weight} (SETA partial reward = passed
 weight / total weight; a weight naming no test function of tests/ is an error; without weights
 the reward is 1 only when every test passes). Harbor / TB2: task.toml ([agent] timeout_sec,
-[verifier] timeout_sec, [environment] cpus, memory_mb or memory ("2G", "512M"), network: see
-below), instruction.md, environment/, solution/solve.sh (optional: a task without it loads for
-training, its gold is not checked), tests/test.sh; the reward is read from
-/logs/verifier/reward.json (its "reward" key, else the mean of its numbers) or reward.txt. SETA in
-the Harbor layout adds weights.json (checked as above): the reward is then passed weight / total
-weight from the CTRF report tests/test.sh writes to /logs/verifier/ctrf.json.
+[verifier] timeout_sec, [environment] cpus, memory_mb or memory ("2G", "512M"), storage_mb (the
+disk quota, default 1024), network: see below), instruction.md, environment/, solution/solve.sh
+(optional: a task without it loads for training, its gold is not checked), tests/test.sh; the
+reward is read from /logs/verifier/reward.json (its "reward" key, else the mean of its numbers) or
+reward.txt. SETA in the Harbor layout adds weights.json (checked as above): the reward is then
+passed weight / total weight from the CTRF report tests/test.sh writes to /logs/verifier/ctrf.json.
 Harbor network: [environment] network_mode "no-network" | "public" (the baseline; "allowlist" only
 with no allowed_hosts, which denies all egress: the sandbox cannot limit egress to hosts), or the
 older allow_internet (bool); [agent] / [verifier] network_mode override it for their phase. Both
@@ -41,10 +41,7 @@ from typing import Any
 
 import yaml
 
-from thundersync.sandbox.envs.terminal_verify import Verdict, snapshot_app, verify
 from thundersync.sandbox.executor import Limits, SessionSpec
-
-__all__ = ["Layout", "TaskError", "TerminalTask", "Verdict", "load_task", "snapshot_app", "verify"]
 
 APP = "/app"
 SCRATCH = ("/tests", "/logs")
@@ -305,6 +302,9 @@ def _load_harbor(p: Path) -> TerminalTask:
             cpus = float(cpus)
     if isinstance(cpus, bool) or not isinstance(cpus, int | float) or not 0 < cpus < 1e4:
         raise TaskError(f"{src}: [environment] cpus must be a positive number, got {cpus!r}")
+    disk = env.get("storage_mb", Limits().disk_mb)  # the session's disk quota (sandbox.quota)
+    if isinstance(disk, bool) or not isinstance(disk, int) or disk <= 0:
+        raise TaskError(f"{src}: [environment] storage_mb must be a positive integer, got {disk!r}")
     return TerminalTask(
         path=p,
         layout=Layout.HARBOR,
@@ -314,7 +314,7 @@ def _load_harbor(p: Path) -> TerminalTask:
         verifier=_need(p / "tests" / "test.sh", "the Harbor verifier"),
         solution=p / "solution/solve.sh" if (p / "solution/solve.sh").is_file() else None,
         weights=_weights(p / "weights.json"),
-        limits=Limits(memory_mb=mem, cpus=float(cpus)),
+        limits=Limits(memory_mb=mem, cpus=float(cpus), disk_mb=disk),
         network=network,
         verifier_network=verifier_network,
     )

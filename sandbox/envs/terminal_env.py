@@ -22,14 +22,8 @@ from typing import Any
 from skyrl_gym.envs.base_text_env import ConversationType
 
 from thundersync.sandbox.envs.base import ToolEnv
-from thundersync.sandbox.envs.terminal import (
-    TaskError,
-    TerminalTask,
-    Verdict,
-    load_task,
-    snapshot_app,
-    verify,
-)
+from thundersync.sandbox.envs.terminal import TaskError, TerminalTask, load_task
+from thundersync.sandbox.envs.terminal_verify import Verdict, snapshot_app, verify
 from thundersync.sandbox.envs.tools import TOOL_HELP
 from thundersync.sandbox.executor import Backend, Session
 from thundersync.sandbox.images import ensure_image, local_gap

@@ -28,7 +28,7 @@ import json
 import math
 import shlex
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from thundersync.sandbox.envs import ctrf
 from thundersync.sandbox.envs.junit import (
@@ -39,12 +39,9 @@ from thundersync.sandbox.envs.junit import (
     parse_junit,
     report_path,
 )
+from thundersync.sandbox.envs.terminal import APP, TerminalTask
 from thundersync.sandbox.executor import ExecResult, Session
 
-if TYPE_CHECKING:
-    from thundersync.sandbox.envs.terminal import TerminalTask
-
-APP = "/app"
 SNAPSHOT = "/logs/.tsrl-app.tar"
 VERIFY_ENV = {"PYTHONSAFEPATH": "1", "PYTHONNOUSERSITE": "1", "TEST_DIR": "/tests"}
 # Terminal-Bench 1's default runner (a task without run-tests.sh): pytest on its test_outputs.py

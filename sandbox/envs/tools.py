@@ -102,7 +102,7 @@ def run_tool(session: Session, call: ToolCall, timeout: float, max_chars: int = 
             raise ToolCallError("view needs a PATH")
         data = session.get_file(parts[0])
         if data is None:
-            return f"error: {parts[0]} does not exist or is not a readable file"
+            return f"error: {parts[0]} does not exist, is not a readable regular file or is over 256 MiB"
         lines = data.decode("utf-8", "replace").splitlines()
         start, end = 1, len(lines)
         if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():

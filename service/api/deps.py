@@ -15,8 +15,8 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
 from thundersync.service import crud
-from thundersync.service.models import Run, Token
 from thundersync.service.settings import Settings
+from thundersync.service.tables import Run, Token
 
 bearer_scheme = HTTPBearer(
     auto_error=False,

@@ -15,14 +15,26 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from thundersync.rundir import RunFiles
-from thundersync.service.models import Run, SpanRow, UpdateRow
+from thundersync.rundir import RunFiles, RunStatus
+from thundersync.service.run_state import transition
+from thundersync.service.tables import Run, SpanRow, UpdateRow
 
 log = logging.getLogger("tsrl.service.ingest")
 
 MAX_READ_BYTES = 4 << 20
 SPAN_ROLES = ("rollout", "tool", "teacher", "learner", "barrier")
-UPDATE_FIELDS = ("step_s", "R", "L", "P", "idle_share", "mfu", "reward_mean")
+UPDATE_FIELDS = (
+    "step_s",
+    "rollout_s",
+    "learner_busy_s",
+    "barrier_s",
+    "idle_share",
+    "mfu",
+    "reward_mean",
+)
+# metrics.jsonl keys before the times carried their unit: a run directory a driver of that time
+# wrote (still running across a service upgrade, or re-ingested) reads into the new columns
+LEGACY_KEYS = {"R": "rollout_s", "L": "learner_busy_s", "P": "barrier_s"}
 
 
 def read_complete_lines(path: Path, offset: int) -> tuple[list[dict[str, Any]], int]:
@@ -75,6 +87,7 @@ def _jsonable(value: Any) -> Any:
 def _update_row(run: Run, rec: dict[str, Any]) -> UpdateRow | None:
     if rec.get("type", "update") != "update" or not isinstance(rec.get("update"), int):
         return None
+    rec = {LEGACY_KEYS.get(k, k): v for k, v in rec.items()}
     known = {"type", "update", "schedule", "time", "tokens", *UPDATE_FIELDS}
     extra = {k: v for k, v in rec.items() if k not in known}
     return UpdateRow(
@@ -140,4 +153,16 @@ def ingest_run(session: Session, run: Run) -> bool:
             )
             or 0
         )
+    follow_stage(session, run, files)
     return progressed
+
+
+def follow_stage(session: Session, run: Run, files: RunFiles) -> None:
+    """A starting or running run's reason is the driver's current stage (DIR/stage.json), so the
+    API and the dashboard say what a run does while it has no update yet (a model download)."""
+    line = files.read_stage()
+    if not line or run.reason == line or run.cancel_requested_at is not None:
+        return
+    live = (RunStatus.STARTING, RunStatus.RUNNING)
+    if run.status in live:
+        transition(session, run.id, expect=live, reason=line[:500])

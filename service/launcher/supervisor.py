@@ -158,8 +158,13 @@ class Launcher:
             self._finalize(session, run, handle)
             return
         if run.status == RunStatus.STARTING and files.has_driver_output():
-            run.status = RunStatus.RUNNING
-            run.reason = "driver running"
+            transition(
+                session,
+                run.id,
+                expect=(RunStatus.STARTING,),
+                to=RunStatus.RUNNING,
+                reason="driver running",
+            )
 
     def _finalize(
         self,
@@ -185,10 +190,16 @@ class Launcher:
             service_shutdown=shutdown,
             note=note,
         )
-        run.status = status
-        run.reason = reason
-        run.exit_code = code
-        run.finished_at = utcnow()
+        session.flush()  # the ingested rows and offsets first
+        transition(
+            session,
+            run.id,
+            expect=ACTIVE_STATUSES,
+            to=status,
+            reason=reason,
+            exit_code=code,
+            finished_at=utcnow(),
+        )
         self.handles.pop(run.id, None)
         log.info("run %s %s: %s", run.id, status, reason)
         clean_run_keys(self.settings.redis_url, [bus_ids(run)])

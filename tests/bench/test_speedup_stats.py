@@ -17,14 +17,22 @@ def _run_dir(root: Path) -> RunFiles:
     rd = RunFiles(root)
     root.mkdir(parents=True)
     metrics = [
-        {"update": 0, "time": 99.0, "step_s": 9.0, "R": 5.0, "L": 5.0, "P": 1.0, "idle_share": 0},
+        {
+            "update": 0,
+            "time": 99.0,
+            "step_s": 9.0,
+            "rollout_s": 5.0,
+            "learner_busy_s": 5.0,
+            "barrier_s": 1.0,
+            "idle_share": 0,
+        },
         {
             "update": 1,
             "time": 104.0,
             "step_s": 4.0,
-            "R": 3.0,
-            "L": 2.5,
-            "P": 0.4,
+            "rollout_s": 3.0,
+            "learner_busy_s": 2.5,
+            "barrier_s": 0.4,
             "idle_share": 0.1,
         },
     ]

@@ -2,27 +2,24 @@
 
 from __future__ import annotations
 
-from thundersync.bus.events import SourceKind, SourceReady
+from thundersync.bus.events import GrpoTrajectoryReady
 from thundersync.bus.protocol import Delivery, Subscription
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 CLAIM_IDLE_S = 0.2
 
 
-def source(i: int, run_id: str = "run", source_id: str | None = None) -> SourceReady:
-    return SourceReady(
+def source(i: int, run_id: str = "run", source_id: str | None = None) -> GrpoTrajectoryReady:
+    return GrpoTrajectoryReady(
         run_id=run_id,
-        kind=SourceKind.GRPO_TRAJECTORY,
         source_id=source_id or f"s{i}",
         update=0,
         policy_version=0,
         group_id=f"g{i // 4}",
         traj_id=f"t{i}",
         index=i % 4,
-        token_ids=[1, 2, 3, i],
-        action_mask=[0, 0, 1, 1],
-        prompt_len=2,
-        reward=float(i),
+        token_ids=[3, i],
+        action_mask=[1, 1],
     )
 
 

@@ -10,13 +10,14 @@ from thundersync.bus.events import (
     Event,
     GroupClosed,
     GroupRegistered,
+    GrpoRewardReady,
     LearnerReady,
+    OpdTurnReady,
     PolicyPublished,
     ReplicaAcked,
     Role,
-    SourceKind,
-    SourceReady,
     Span,
+    TrajectoryRegistered,
     decode_event,
     encode_event,
 )
@@ -26,9 +27,18 @@ from thundersync.bus.protocol import Topic, default_topic
 def test_every_event_type_round_trips_through_json() -> None:
     events: list[Event] = [
         source(3),
-        SourceReady(
+        GrpoRewardReady(
             run_id="r",
-            kind=SourceKind.OPD_TURN,
+            source_id="t3/reward",
+            update=0,
+            policy_version=0,
+            group_id="g0",
+            traj_id="t3",
+            index=3,
+            reward=0.5,
+        ),
+        OpdTurnReady(
+            run_id="r",
             source_id="o1",
             update=1,
             policy_version=1,
@@ -41,7 +51,8 @@ def test_every_event_type_round_trips_through_json() -> None:
             teacher_logprobs=[0.0, -0.5],
         ),
         LearnerReady(run_id="r", rank=1, version=0),
-        GroupRegistered(run_id="r", update=0, group_id="g", size=4),
+        GroupRegistered(run_id="r", update=0, group_id="g", size=4, prompt_ids=[1, 2]),
+        TrajectoryRegistered(run_id="r", update=0, traj_id="t"),
         GroupClosed(run_id="r", update=0, group_id="g", sources=4),
         BatchClosed(run_id="r", update=0, groups=2, sources=8),
         PolicyPublished(run_id="r", version=1, uri="file:///w"),
@@ -77,30 +88,36 @@ def test_every_event_type_round_trips_through_json() -> None:
 
 def test_mask_length_mismatch_is_rejected_with_the_fix() -> None:
     with pytest.raises(ValidationError, match="one 0/1 flag per token"):
-        SourceReady(
-            run_id="r",
-            kind=SourceKind.GRPO_TRAJECTORY,
-            source_id="s",
-            update=0,
-            policy_version=0,
-            group_id="g",
-            traj_id="t",
-            token_ids=[1, 2],
-            action_mask=[1],
-        )
+        source(1).model_validate(source(1).model_dump() | {"action_mask": [1]})
 
 
-def test_opd_turn_requires_teacher_logprobs() -> None:
+def test_opd_turn_requires_one_teacher_logprob_per_token() -> None:
+    turn = dict(run_id="r", source_id="s", update=0, policy_version=0, group_id="g", traj_id="t")
+    turn |= dict(turn=0, offset=0, token_ids=[1, 2], action_mask=[0, 1])
     with pytest.raises(ValidationError, match="teacher_logprobs"):
-        SourceReady(
-            run_id="r",
-            kind=SourceKind.OPD_TURN,
-            source_id="s",
-            update=0,
-            policy_version=0,
-            group_id="g",
-            traj_id="t",
-        )
+        OpdTurnReady(**turn)
+    with pytest.raises(ValidationError, match="one per token"):
+        OpdTurnReady(**turn, teacher_logprobs=[0.0])
+
+
+def test_each_source_carries_exactly_its_fields() -> None:
+    """A member of the union refuses another member's fields (no optional-by-kind payload)."""
+    reward = GrpoRewardReady(
+        run_id="r",
+        source_id="t/reward",
+        update=0,
+        policy_version=0,
+        group_id="g",
+        traj_id="t",
+        index=0,
+        reward=1.0,
+    )
+    with pytest.raises(ValidationError, match="token_ids"):
+        GrpoRewardReady.model_validate(reward.model_dump() | {"token_ids": [1]})
+    with pytest.raises(ValidationError, match="reward"):
+        decode_event(source(1).model_dump_json()[:-1] + ', "reward": 1.0}')
+    with pytest.raises(ValidationError, match="prompt_ids"):
+        GroupRegistered(run_id="r", update=0, group_id="g", size=4, prompt_ids=[])
 
 
 def test_dedup_key_is_the_source_id_not_the_event_id() -> None:

@@ -20,8 +20,13 @@ from typing import Any
 
 import pytest
 
+from thundersync.cluster.ray_plan import (
+    NodeResources,
+    PlacementError,
+    PlacementRole,
+    plan_placement,
+)
 from thundersync.config import ConfigError, PlacementStrategy, load_run_config
-from thundersync.driver.ray_plan import NodeResources, PlacementError, PlacementRole, plan_placement
 
 
 def node(gpus: float, cpus: float = 16, i: int = 0) -> NodeResources:
@@ -174,7 +179,7 @@ def cluster() -> Iterator[Any]:
 def test_every_role_lands_in_its_bundle_on_distinct_gpus(cluster: Any) -> None:
     import ray
 
-    from thundersync.driver.ray_pg import actor_options, place, release
+    from thundersync.cluster.ray_pg import actor_options, place, release
 
     cfg = load_run_config("opd-toy", OPD_PAPER)  # 4 + 2 + 2 = the cluster's 8 GPUs
     placement = place(cfg)
@@ -198,7 +203,7 @@ def test_every_role_lands_in_its_bundle_on_distinct_gpus(cluster: Any) -> None:
 def test_over_subscription_fails_before_any_actor_or_group(cluster: Any) -> None:
     from ray.util import placement_group_table
 
-    from thundersync.driver.ray_pg import active_placement, place
+    from thundersync.cluster.ray_pg import active_placement, place
 
     before = len(placement_group_table())
     cfg = load_run_config("opd-toy", {**OPD_PAPER, "placement.teacher_gpus": 4})
@@ -227,8 +232,8 @@ def test_vllm_replicas_report_their_node_urls(cluster: Any, tmp_path: Path) -> N
     import httpx
     import ray
 
-    from thundersync.driver.ray_pg import place, release
-    from thundersync.driver.ray_servers import remote_servers, start_vllm_replicas, stop_replicas
+    from thundersync.cluster.ray_pg import place, release
+    from thundersync.cluster.ray_servers import remote_servers, start_vllm_replicas, stop_replicas
     from thundersync.rollout.vllm_server import VLLMServerConfig
 
     fake = tmp_path / "fake-vllm"
@@ -266,7 +271,7 @@ def test_grpo_run_trains_on_cpu_with_learner_ranks_on_fake_gpus(
 ) -> None:
     import ray
 
-    from thundersync.driver.ray_pg import active_placement
+    from thundersync.cluster.ray_pg import active_placement
     from thundersync.driver.run import RunDriver
 
     cfg = load_run_config(
@@ -285,8 +290,8 @@ def test_grpo_run_trains_on_cpu_with_learner_ranks_on_fake_gpus(
     metrics = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [m["update"] for m in metrics] == [0, 1]
     learners = ray.get([h.where_ref for h in driver.learners.procs])
-    assert driver.side is not None
-    engine = ray.get(driver.side.engine.where_ref)
+    assert driver.parts is not None
+    engine = ray.get(driver.parts.engine.where_ref)
     for w in [*learners, engine]:
         assert len(w["gpu_ids"]) == 1 and w["resources"]["GPU"] == 1.0
         assert not w["cuda_available"]  # a fake GPU id: the ranks computed on the CPU

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from thundersync.config import load_run_config
-from thundersync.driver.replay import replay_gap
+from thundersync.driver.replay_gap import replay_gap
 from thundersync.driver.run import RunDriver
 
 

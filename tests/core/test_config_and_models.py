@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from thundersync.cli import app
 from thundersync.config import ConfigError, load_run_config
-from thundersync.models import build_tiny_model, load_model, load_tokenizer
+from thundersync.hf_models import build_tiny_model, load_model, load_tokenizer
 
 
 def _sha(p: Path) -> str:

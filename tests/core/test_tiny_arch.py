@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from thundersync.cli import app
 from thundersync.config import Arch, ConfigError, load_run_config
+from thundersync.hf_models import build_tiny_model, load_model, load_tokenizer
 from thundersync.learner.arch import check_cuttable
-from thundersync.models import build_tiny_model, load_model, load_tokenizer
 from thundersync.rundir import RunFiles
 
 _CLASS = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}

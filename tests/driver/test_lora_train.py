@@ -11,12 +11,12 @@ from typer.testing import CliRunner
 
 from thundersync.cli import app
 from thundersync.config import RunConfig, Schedule, load_run_config
-from thundersync.driver.replay import load_logged_batch, replay_gap
+from thundersync.driver.replay_gap import load_logged_batch, replay_gap
 from thundersync.driver.run import RunDriver
+from thundersync.hf_models import load_model
+from thundersync.learner.batch_replay import replay_update
 from thundersync.learner.lora import adapted_names
-from thundersync.learner.replay import replay_update
 from thundersync.learner.trainer import Learner
-from thundersync.models import load_model
 from thundersync.rollout.checkpoint import load_state_dict
 from thundersync.rollout.hf_engine import HFEngine
 from thundersync.rollout.types import SamplingParams

@@ -66,3 +66,42 @@ def test_a_run_without_recorded_batches_is_refused_with_the_fix(tmp_path: Path) 
     res = CliRunner().invoke(app, ["replay-gap", str(tmp_path)])
     assert res.exit_code == 2
     assert "record_batches=true" in res.output and "batches" in res.output
+
+
+def _legacy_lines(path: Path) -> list[str]:
+    """A batch log as runs wrote it before the typed sources: one untagged `source_ready` per
+    GRPO trajectory, its prompt and reward fused into it."""
+    events = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    prompts = {e["group_id"]: e["prompt_ids"] for e in events if e["type"] == "group_registered"}
+    rewards = {e["traj_id"]: e["reward"] for e in events if e["type"] == "grpo_reward_ready"}
+    out = []
+    for e in events:
+        if e["type"] != "grpo_trajectory_ready":
+            continue
+        prompt = prompts[e["group_id"]]
+        e |= {
+            "type": "source_ready",
+            "kind": "grpo_trajectory",
+            "token_ids": prompt + e["token_ids"],
+            "action_mask": [0] * len(prompt) + e["action_mask"],
+            "prompt_len": len(prompt),
+            "reward": rewards[e["traj_id"]],
+        }
+        out.append(json.dumps(e))
+    return out
+
+
+def test_a_batch_log_recorded_before_the_typed_sources_still_replays(
+    recorded: Path, tmp_path: Path
+) -> None:
+    import shutil
+
+    d = tmp_path / "legacy"
+    shutil.copytree(recorded, d)
+    for paths in RunFiles(d).batch_logs().values():
+        for p in paths:
+            p.write_text("".join(x + "\n" for x in _legacy_lines(p)))
+            assert '"source_ready"' in p.read_text()
+    res = CliRunner().invoke(app, ["replay-gap", str(d), "--json"])
+    assert res.exit_code == 0, res.output
+    assert _last_json(res.stdout)["max_param_gap"] == 0.0

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import torch
 
-from thundersync.bus.events import SourceKind, SourceReady
+from thundersync.bus.events import GrpoRewardReady, decode_event
 from thundersync.config import ConfigError, load_run_config
-from thundersync.driver.replay import replay_gap
+from thundersync.driver.replay_gap import replay_gap
 from thundersync.driver.run import RunDriver
 from thundersync.rollout.checkpoint import load_state_dict
 from thundersync.rundir import RunFiles
@@ -46,8 +46,8 @@ def test_smollm2_policy_trains_on_verifier_rewards_and_equals_sync(
     files = RunFiles(tmp_path)
     paths = files.batch_logs()[0]
     lines = [x for p in paths for x in p.read_text().splitlines() if x.strip()]
-    events = [SourceReady.model_validate_json(x) for x in lines]
-    rewards = [e.reward for e in events if e.kind is SourceKind.GRPO_TRAJECTORY]
+    events = [decode_event(x) for x in lines]
+    rewards = [e.reward for e in events if isinstance(e, GrpoRewardReady)]
     assert len(rewards) == 2 and sorted(rewards) == sorted(verdicts[:2])  # the verifier's only
     assert len(set(rewards)) == 2, f"the group needs reward variance to move theta: {rewards}"
     assert m["reward_mean"] == pytest.approx(sum(verdicts[:2]) / 2)

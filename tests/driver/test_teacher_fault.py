@@ -9,7 +9,7 @@ import torch
 
 from thundersync.config import load_run_config
 from thundersync.driver.faults import FaultPlan
-from thundersync.driver.replay import replay_gap
+from thundersync.driver.replay_gap import replay_gap
 from thundersync.driver.run import RunDriver
 
 
@@ -35,7 +35,7 @@ def test_killed_teacher_server_is_restarted_and_the_update_still_equals_sync(
     metrics = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [m["update"] for m in metrics] == [0, 1]
     # the restarted teacher scores like the frozen teacher: compare with an HF forward
-    from thundersync.models import load_model
+    from thundersync.hf_models import load_model
 
     teacher = load_model(tmp_path / "teacher")
     lines = (tmp_path / "batches" / "u00001-r0.jsonl").read_text().splitlines()

@@ -10,7 +10,7 @@ import torch
 
 from thundersync.config import RunConfig, load_run_config
 from thundersync.driver.faults import FaultPlan
-from thundersync.driver.replay import replay_gap
+from thundersync.driver.replay_gap import replay_gap
 from thundersync.driver.run import EXIT_CANCELLED, RunDriver, RunFailed
 from thundersync.rollout.checkpoint import load_state_dict
 from thundersync.rundir import RunFiles
@@ -25,7 +25,8 @@ def _weights(run_dir: Path, version: int) -> dict[str, torch.Tensor]:
 
 
 def _applied(run_dir: Path) -> list[tuple]:
-    """Every source the learner applied, by update: id, tokens, mask, reward, teacher scores."""
+    """Every source (and GRPO group registration) the learner applied, by update: id, type,
+    tokens (a group: its prompt), mask, reward, teacher scores."""
     out = []
     for path in sorted((run_dir / "batches").glob("u*.jsonl")):
         for line in path.read_text().splitlines():
@@ -33,11 +34,12 @@ def _applied(run_dir: Path) -> list[tuple]:
             out.append(
                 (
                     path.name.split("-")[0],
-                    e["source_id"],
-                    tuple(e["token_ids"]),
-                    tuple(e["action_mask"]),
-                    e["reward"],
-                    tuple(e["teacher_logprobs"] or ()),
+                    e.get("source_id", e["group_id"]),
+                    e["type"],
+                    tuple(e.get("token_ids", e.get("prompt_ids", ()))),
+                    tuple(e.get("action_mask", ())),
+                    e.get("reward"),
+                    tuple(e.get("teacher_logprobs", ())),
                 )
             )
     return sorted(out)

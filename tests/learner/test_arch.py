@@ -12,11 +12,16 @@ import torch
 from torch import nn
 
 from thundersync.config import Arch, RunConfig, Schedule, load_run_config
+from thundersync.hf_models import build_tiny_model, load_model, load_tokenizer, tiny_config
 from thundersync.learner.arch import UnsupportedArchitecture, check_cuttable, config_problems
+from thundersync.learner.batch_replay import (
+    LoggedBatch,
+    make_grpo_batch,
+    make_opd_batch,
+    replay_update,
+)
 from thundersync.learner.reference import reference_loss
-from thundersync.learner.replay import LoggedBatch, make_grpo_batch, make_opd_batch, replay_update
 from thundersync.learner.trainer import Learner
-from thundersync.models import build_tiny_model, load_model, load_tokenizer, tiny_config
 
 # ---- streamed == sync per family ---------------------------------------------------------------
 

@@ -42,10 +42,10 @@ from safetensors.torch import load_file, save_file
 from transformers import LlamaForCausalLM
 
 from thundersync.config import Objective, RunConfig, Schedule, load_run_config
-from thundersync.learner.replay import LoggedBatch, replay_update
+from thundersync.hf_models import build_tiny_model
+from thundersync.learner.batch_replay import LoggedBatch, replay_update
 from thundersync.learner.sources import GrpoContent, GrpoGroupSpec, GrpoReward, OpdClose, OpdTurn
 from thundersync.learner.trainer import Learner
-from thundersync.models import build_tiny_model
 
 REL_TOL = 1e-12
 VOCAB_LO = 8  # token ids from here up: never the pad token, whose embedding row HF never trains

@@ -10,11 +10,11 @@ import torch
 from torch import nn
 
 from thundersync.config import RunConfig, Schedule, load_run_config
+from thundersync.hf_models import load_model
 from thundersync.learner.accumulators import BufferPool, FlatSpec, add_into
+from thundersync.learner.batch_replay import LoggedBatch, replay_sources
 from thundersync.learner.logprobs import scored_logprobs
-from thundersync.learner.replay import LoggedBatch, replay_sources
 from thundersync.learner.trainer import Learner
-from thundersync.models import load_model
 
 
 def _cfg(objective: str = "grpo", **learner: object) -> RunConfig:

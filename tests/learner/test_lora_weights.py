@@ -10,11 +10,11 @@ import torch
 from torch import nn
 
 from thundersync.config import Schedule, load_run_config
+from thundersync.hf_models import load_model
+from thundersync.learner.batch_replay import LoggedBatch, replay_update
 from thundersync.learner.checkpoint import load_checkpoint, save_checkpoint
 from thundersync.learner.lora import adapted_names, apply_lora, merged_state_dict
-from thundersync.learner.replay import LoggedBatch, replay_update
 from thundersync.learner.trainer import Learner
-from thundersync.models import load_model
 from thundersync.rollout.hf_engine import HFEngine
 
 RANK, ALPHA = 4, 16.0

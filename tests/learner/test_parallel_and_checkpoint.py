@@ -7,10 +7,10 @@ import torch
 
 from thundersync.bench.equivalence import run_equivalence
 from thundersync.config import Objective, Schedule, load_run_config
+from thundersync.hf_models import load_model
+from thundersync.learner.batch_replay import make_grpo_batch, replay_update
 from thundersync.learner.checkpoint import load_checkpoint, save_checkpoint
-from thundersync.learner.replay import make_grpo_batch, replay_update
 from thundersync.learner.trainer import Learner
-from thundersync.models import load_model
 
 
 def test_two_rank_fsdp2_equals_one_rank() -> None:

@@ -10,13 +10,13 @@ import pytest
 import torch
 
 from thundersync.config import RunConfig, Schedule, load_run_config
+from thundersync.hf_models import load_model
+from thundersync.learner.batch_replay import LoggedBatch, make_grpo_batch, replay_update
 from thundersync.learner.boundary import run_segment
 from thundersync.learner.checkpoint import load_checkpoint, save_checkpoint
 from thundersync.learner.logprobs import scored_logprobs
-from thundersync.learner.replay import LoggedBatch, make_grpo_batch, replay_update
 from thundersync.learner.sources import GrpoContent, GrpoGroupSpec, GrpoReward, OpdTurn
 from thundersync.learner.trainer import Learner
-from thundersync.models import load_model
 
 
 def _cfg(objective: str = "grpo", **learner: object) -> RunConfig:
@@ -60,7 +60,7 @@ def test_opd_trajectory_sums_honour_accum_dtype(tiny_model_dir: Path) -> None:
     tokens = (5, 9, 17, 33, 40)
     engine.submit(OpdTurn("o0/t0", "o0", 0, tokens, (0, 0, 1, 1, 1), (-1.0, -2.0, -3.0)), 0.0)
     engine.drain()
-    assert engine.trajs["o0"].acc.flat.dtype == torch.float64
+    assert engine.opd.trajs["o0"].acc.flat.dtype == torch.float64
 
 
 def test_bf16_compute_steps_fp32_master_weights_and_moments(
@@ -97,7 +97,7 @@ def test_bf16_model_gives_fp32_logits_and_fp32_opd_ledgers(tiny_model_dir: Path)
     engine.register_trajectory("o0")
     engine.submit(OpdTurn("o0/t0", "o0", 0, (5, 9, 17, 33), (0, 0, 1, 1), (-1.0, -2.0)), 0.0)
     engine.drain()
-    assert all(a.dtype == torch.float32 for a in engine.trajs["o0"].ledger[0])
+    assert all(a.dtype == torch.float32 for a in engine.opd.trajs["o0"].ledger[0])
 
 
 def test_learner_device_auto_is_cpu_here_and_cuda_without_a_gpu_is_refused(

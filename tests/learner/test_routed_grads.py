@@ -9,11 +9,11 @@ import pytest
 import torch
 from torch import nn
 
+from thundersync.hf_models import load_model
 from thundersync.learner.accumulators import BufferPool, FlatSpec, ParamSum, norm_f64
 from thundersync.learner.boundary import run_segment
 from thundersync.learner.logprobs import scored_logprobs
 from thundersync.learner.routing import GradRouter, GradSink, claimed
-from thundersync.models import load_model
 
 
 def _model(tiny_model_dir: Path, tied: bool) -> nn.Module:

@@ -8,12 +8,12 @@ import pytest
 import torch
 
 from thundersync.config import Schedule, load_run_config
+from thundersync.hf_models import load_model
 from thundersync.learner.barrier import BarrierError
+from thundersync.learner.batch_replay import LoggedBatch, replay_sources, replay_update
 from thundersync.learner.reference import reference_loss
-from thundersync.learner.replay import LoggedBatch, replay_sources, replay_update
 from thundersync.learner.sources import GrpoContent, GrpoReward
 from thundersync.learner.trainer import Learner
-from thundersync.models import load_model
 
 
 def _cfg(objective: str = "grpo", **learner: object) -> object:

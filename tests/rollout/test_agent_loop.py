@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from thundersync.models import load_tokenizer
+from thundersync.hf_models import load_tokenizer
 from thundersync.rollout.agent_loop import AgentLoop, AgentLoopConfig, RolloutTask
 from thundersync.rollout.chat import TokenizerChatFormat, truncate_head_tail
 from thundersync.rollout.hf_engine import HFEngine

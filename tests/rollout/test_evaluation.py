@@ -13,7 +13,7 @@ import pytest
 import skyrl_gym
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 
-from thundersync.rollout.evaluation import pass_at_k, run_eval
+from thundersync.rollout.evaluation import load_tasks, pass_at_k, run_eval
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -33,6 +33,23 @@ def test_pass_at_k_equals_the_probability_that_a_random_k_subset_has_a_success(
 def test_pass_at_k_rejects_k_above_n() -> None:
     with pytest.raises(ValueError, match="at least k attempts"):
         pass_at_k(2, 1, 3)
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [("thundersync-swesmith", "tsrl-swesmith"), ("thundersync-terminal", "tsrl-terminal")],
+)
+def test_a_task_file_naming_a_retired_env_id_is_refused_with_the_new_id(
+    tmp_path: Path, old: str, new: str
+) -> None:
+    path = tmp_path / "tasks.jsonl"
+    path.write_text(json.dumps({"env_class": old, "prompt": [{"role": "user", "content": "x"}]}))
+    with pytest.raises(
+        ValueError, match=rf'tasks.jsonl:1: env_class .{old}. .*"env_class": "{new}"'
+    ):
+        load_tasks(path)
+    path.write_text(json.dumps({"env_class": new, "prompt": []}))
+    assert load_tasks(path)[0]["env_class"] == new
 
 
 class CountingEnv(BaseTextEnv):

@@ -10,8 +10,8 @@ import torch
 
 from thundersync.rollout.gate import StaleRequestError, VersionGate, VersionTimeoutError
 from thundersync.rollout.hf_engine import HFEngine
-from thundersync.rollout.publisher import WeightPublisher
 from thundersync.rollout.types import SamplingParams
+from thundersync.rollout.weight_publisher import WeightPublisher
 
 PROMPT = [1, 10, 11, 12, 13]
 

@@ -10,8 +10,7 @@ import pytest
 import torch
 
 from thundersync.config import load_run_config
-from thundersync.driver.publish import PolicyWriter
-from thundersync.models import load_model
+from thundersync.hf_models import load_model
 from thundersync.rollout.hf_engine import HFEngine
 from thundersync.rollout.replicas import ReplicaLoadError, ReplicaSet
 from thundersync.rollout.types import SamplingParams
@@ -25,6 +24,7 @@ from thundersync.rollout.weight_wire import (
     write_shm,
 )
 from thundersync.rundir import RunFiles
+from thundersync.worker.policy_writer import PolicyWriter
 
 PROMPT = [1, 10, 11, 12, 13]
 

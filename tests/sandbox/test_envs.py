@@ -39,8 +39,8 @@ def test_every_env_name_has_a_catalogue_entry_and_ids_stay_stable() -> None:
     assert {e.value for e in EnvId} == {
         "tsrl-digits",
         "tsrl-toy-calc",
-        "thundersync-swesmith",
-        "thundersync-terminal",
+        "tsrl-swesmith",
+        "tsrl-terminal",
     }
     for name, env_id in [("swesmith", EnvId.SWESMITH), ("seta", EnvId.TERMINAL)]:
         refs = task_pool(load_run_config(overrides={"env.name": name}))

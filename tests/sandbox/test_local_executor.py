@@ -5,13 +5,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+from thundersync.sandbox.backends import get_executor
 from thundersync.sandbox.executor import (
     Backend,
     ExecResult,
     Limits,
     Session,
     SessionSpec,
-    get_executor,
 )
 from thundersync.sandbox.local import LocalExecutor, LocalSession
 

@@ -21,7 +21,8 @@ import pytest
 
 from thundersync.sandbox.executor import SessionSpec
 from thundersync.sandbox.local import LocalExecutor
-from thundersync.sandbox.pool import PoolExhausted, SandboxPool, cleanup_orphans
+from thundersync.sandbox.orphans import cleanup_orphans
+from thundersync.sandbox.pool import PoolExhausted, SandboxPool
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from thundersync.sandbox.envs.fixtures import SWESMITH_DIR
-from thundersync.sandbox.envs.hacks_defs import PATCH_REPORTS, REGISTER_PLUGIN
+from thundersync.sandbox.envs.hack_scripts import PATCH_REPORTS, REGISTER_PLUGIN
 from thundersync.sandbox.envs.junit import Status
 from thundersync.sandbox.envs.swesmith_eval import GUARD_SOURCE, guard_findings
 

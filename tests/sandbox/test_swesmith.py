@@ -119,7 +119,7 @@ def test_malformed_records_name_file_line_and_field(
 
 def test_env_rewards_gold_fix_and_rejects_test_edits_and_noop() -> None:
     inst = load_instances(SWESMITH_INSTANCES)[0]
-    env = skyrl_gym.make("thundersync-swesmith", extras={"instance": inst.instance_id})
+    env = skyrl_gym.make("tsrl-swesmith", extras={"instance": inst.instance_id})
     try:
         env.init([])
         env.step(

@@ -44,9 +44,7 @@ def test_malformed_task_dirs_name_file_and_field(tmp_path: Path) -> None:
 
 
 def test_partial_weights_give_partial_reward() -> None:
-    env = skyrl_gym.make(
-        "thundersync-terminal", extras={"task": str(TERMINAL_DIR / "seta-csv-summary")}
-    )
+    env = skyrl_gym.make("tsrl-terminal", extras={"task": str(TERMINAL_DIR / "seta-csv-summary")})
     try:
         env.init([])
         body = json.dumps(
@@ -62,9 +60,7 @@ def test_partial_weights_give_partial_reward() -> None:
 
 
 def test_agent_cannot_see_tests_before_verification() -> None:
-    env = skyrl_gym.make(
-        "thundersync-terminal", extras={"task": str(TERMINAL_DIR / "tb1-hello-file")}
-    )
+    env = skyrl_gym.make("tsrl-terminal", extras={"task": str(TERMINAL_DIR / "tb1-hello-file")})
     try:
         env.init([])
         out = env.step("<tool>bash\nls -A /tests /logs; ls /app</tool>")

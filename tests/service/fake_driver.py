@@ -4,7 +4,8 @@ training anything, through the driver's own writer (`thundersync.rundir.RunDirWr
 test uses the real `tsrl train`.
 
 Behaviour from the config's `name`: "fail..." exits 1 without status.json; "slow..." sleeps 0.2 s
-per update (cancel tests); "crash-after-status" writes status.json "failed" then exits 7; anything
+per update (cancel tests); "crash-after-status" writes status.json "failed" then exits 7; "staged..." reports a set-up stage
+(`thundersync.stages`, as the real driver does) and holds there until cancelled; anything
 else runs `updates` quick updates and succeeds.
 """
 
@@ -15,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from thundersync import stages
 from thundersync.rundir import RunDirWriter, RunStatus
 
 
@@ -35,6 +37,14 @@ def main() -> int:
 
 
 def _run(rd: RunDirWriter, config: dict[str, object], name: str, updates: int) -> int:
+    if name.startswith("staged"):
+        with stages.listening(rd.write_stage):
+            stages.report("model", "converting SmolLM2-135M (GGUF to float32)", 3, 4)
+        deadline = time.monotonic() + 120
+        while not rd.cancel_requested and time.monotonic() < deadline:
+            time.sleep(0.05)
+        rd.write_status(RunStatus.CANCELLED, "cancelled while converting the model")
+        return 3
     for k in range(updates):
         t = time.time()
         if name.startswith("slow"):
@@ -60,9 +70,9 @@ def _run(rd: RunDirWriter, config: dict[str, object], name: str, updates: int) -
                 "schedule": config.get("schedule", "stream"),
                 "time": time.time(),
                 "step_s": 0.05 + 0.01 * k,
-                "R": 0.02,
-                "L": 0.03,
-                "P": 0.01,
+                "rollout_s": 0.02,
+                "learner_busy_s": 0.03,
+                "barrier_s": 0.01,
                 "idle_share": 0.25,
                 "mfu": 0.01,
                 "reward_mean": 0.1 * k,

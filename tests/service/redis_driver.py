@@ -24,7 +24,10 @@ def main() -> int:
         bus, _ = open_run_bus(BusKind.REDIS, run_id=run_id, learner_ranks=1)
         for topic in ("learner", "control", "spans"):
             bus.subscribe(topic, "driver", "driver-0")
-            bus.publish(GroupRegistered(run_id=run_id, update=0, group_id="g", size=1), topic)
+            bus.publish(
+                GroupRegistered(run_id=run_id, update=0, group_id="g", size=1, prompt_ids=[1]),
+                topic,
+            )
         prefixes.append(bus.prefix)  # type: ignore[attr-defined]
     (run_dir / "bus.json").write_text(json.dumps({"pid": os.getpid(), "prefixes": prefixes}))
     print("driver on the Redis bus, waiting", flush=True)

@@ -95,11 +95,14 @@ def test_grpo_toy_two_updates_end_to_end(served: tuple[str, str]) -> None:
             assert time.monotonic() < deadline, run
             time.sleep(0.5)
             run = api.get(f"/api/v1/runs/{run_id}").json()
-        logs = api.get(f"/api/v1/runs/{run_id}/logs").json()["text"]
+        logs = api.get(f"/api/v1/runs/{run_id}/logs?source=output").json()["text"]
         assert run["status"] == "succeeded", (run, logs[-3000:])
         updates = api.get(f"/api/v1/runs/{run_id}/updates").json()
         assert [u["update"] for u in updates["data"]] == [0, 1]
         assert all(u["step_s"] > 0 for u in updates["data"])
+        # the driver's update times arrive under their unit names (rollout <= step, all measured)
+        assert all(0 < u["rollout_s"] <= u["step_s"] for u in updates["data"])
+        assert all(u["learner_busy_s"] > 0 and u["barrier_s"] > 0 for u in updates["data"])
         spans = api.get(f"/api/v1/runs/{run_id}/spans").json()
         assert spans["count"] > 0
     page = httpx.get(base + "/")

@@ -18,6 +18,7 @@ Headers = Callable[[str], dict[str, str]]
 
 RUNS, TASK_SETS = "/api/v1/runs", "/api/v1/task-sets"
 TASK_SET = '"name": "ts", "kind": "seta", "source": "s"'
+RECIPES = "/api/v1/recipes"
 LONG = "x" * 201  # runs.name, task_sets.name: String(200)
 
 
@@ -64,6 +65,29 @@ CASES = [
     ("POST", TASK_SETS, json.dumps({"name": LONG, "kind": "seta", "source": "s"}), 422, "name"),
     ("PATCH", TASK_SETS + "/{task_set}", '{"meta": {"x": Infinity}}', 422, "meta.x"),
     ("POST", "/api/v1/tokens", json.dumps({"name": "n" * 101}), 422, "name"),
+    # a NUL that only YAML decoding makes (the JSON body holds a backslash and a zero)
+    ("POST", RECIPES, json.dumps({"name": "nul", "yaml": 'name: "a\\0b"\n'}), 422, "name"),
+    (
+        "POST",
+        RUNS,
+        json.dumps({"recipe": "grpo-toy", "overrides": {"env.sandbox": "none"}}),
+        422,
+        "env.sandbox",
+    ),
+    (
+        "POST",
+        RUNS,
+        json.dumps({"recipe": "opd-toy", "overrides": {"teacher.backend": "x"}}),
+        422,
+        "teacher.backend",
+    ),
+    (
+        "POST",
+        RUNS,
+        json.dumps({"recipe": "grpo-toy", "overrides": {"rollout.vllm.dtype": "x"}}),
+        422,
+        "rollout.vllm.dtype",
+    ),
 ]
 
 

@@ -123,6 +123,12 @@ def test_submitted_run_updates_live_on_its_page(
         assert len(rewards) == 6
         seen_updates = page.evaluate("() => Chart.getChart('step-chart').data.labels")
         assert seen_updates == [0, 1, 2, 3, 4, 5]
+        # the step time and its parts (the API's step_s, rollout_s, learner_busy_s, barrier_s)
+        parts = page.evaluate(
+            "() => Chart.getChart('step-chart').data.datasets.map(d => d.data.filter(v => v > 0))"
+        )
+        assert [len(d) for d in parts] == [6, 6, 6, 6], parts
+        expect(page.locator("#last-parts")).to_contain_text(" / ")
         # time to target vs the sync run: a target both reach at update 0 gives a ratio
         page.fill("#ttt-target", "-1")
         page.dispatch_event("#ttt-target", "change")

@@ -20,9 +20,9 @@ from sqlalchemy.orm import Session
 from thundersync.rundir import RunStatus
 from thundersync.service.db import upgrade_to_head
 from thundersync.service.main import create_app
-from thundersync.service.models import Run, Token
 from thundersync.service.security import hash_token
 from thundersync.service.settings import Settings
+from thundersync.service.tables import Run, Token
 
 Headers = Callable[[str], dict[str, str]]
 
@@ -100,7 +100,7 @@ def test_driver_never_sees_service_secrets(
         h = bearer(ADMIN_TOKEN)
         run_id = submit(c, h)
         assert wait_final(c, run_id, h)["status"] == "succeeded"
-        out = c.get(f"/api/v1/runs/{run_id}/logs", headers=h).json()["text"]
+        out = c.get(f"/api/v1/runs/{run_id}/logs?source=output", headers=h).json()["text"]
     assert f"TSRL_RUN_ID={run_id}" in out
     assert ADMIN_TOKEN not in out and "TSRL_ADMIN_TOKEN" not in out
 
@@ -158,6 +158,25 @@ def test_restart_takes_the_outcome_from_status_json(database_url: str, tmp_path:
         got = c.get(f"/api/v1/runs/{run_id}", headers=h).json()
         assert got["status"] == "succeeded" and got["reason"] == "2 updates"
         assert c.get(f"/api/v1/runs/{run_id}/updates", headers=h).json()["count"] == 2
+
+
+def test_update_times_are_served_with_units_and_legacy_keys_read_into_them(
+    database_url: str, tmp_path: Path
+) -> None:
+    """metrics.jsonl's `rollout_s` / `learner_busy_s` / `barrier_s` reach the API under those names;
+    a line a driver wrote before the rename (`R` / `L` / `P`) fills the same fields."""
+    settings = make_settings(database_url, tmp_path)
+    run_dir = tmp_path / "orphan"
+    run_dir.mkdir()
+    times = {"rollout_s": 3.0, "learner_busy_s": 2.5, "barrier_s": 0.4}
+    lines = [{"update": 0, **times}, {"update": 1, "R": 3.0, "L": 2.5, "P": 0.4}]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    (run_dir / "status.json").write_text('{"status": "succeeded", "reason": "2 updates"}')
+    run_id = _seed_active_run(settings, run_dir, RunStatus.STARTING, pid=None)
+    with TestClient(create_app(settings)) as c:
+        got = c.get(f"/api/v1/runs/{run_id}/updates", headers=bearer(ADMIN_TOKEN)).json()
+    assert [{k: u[k] for k in times} for u in got["data"]] == [times, times]
+    assert all(not {"R", "L", "P"} & set(u["extra"]) for u in got["data"])
 
 
 def test_restart_adopts_a_live_driver_and_ingests_exactly_once(

@@ -1,6 +1,7 @@
 """Alembic owns the schema: upgrade from empty, the models match the migrations (no pending
 autogenerate diff), and downgrade/upgrade round-trips on both databases; 0002 moves existing
-tokens from a stored piece of their secret to a random public id without losing any row."""
+tokens from a stored piece of their secret to a random public id without losing any row; 0005
+renames the update times and keeps their values."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from sqlalchemy import (
     Boolean,
     Connection,
     Engine,
+    Float,
     Integer,
     String,
     Uuid,
@@ -28,7 +30,7 @@ from sqlalchemy import (
     text,
 )
 
-import thundersync.service.models  # noqa: F401
+import thundersync.service.tables  # noqa: F401
 from alembic import command
 from thundersync.service.db import (
     ALEMBIC_DIR,
@@ -201,4 +203,63 @@ def test_0002_replaces_secret_prefixes_with_random_public_ids(database_url: str)
     rows_back = _token_rows(engine)
     assert sorted(r["prefix"] for r in rows_back) == sorted(r["public_id"] for r in rows)
     assert _count(engine, "runs") == 1 and _count(engine, "task_sets") == 1
+    engine.dispose()
+
+
+# --- 0005: updates.R / L / P -> rollout_s / learner_busy_s / barrier_s ----------------------------
+
+TIMES = {"R": 3.0, "L": 2.5, "P": 0.4}
+RENAMED = {"R": "rollout_s", "L": "learner_busy_s", "P": "barrier_s"}
+
+
+def _update_times(engine: Engine, names: list[str]) -> list[float]:
+    cols = ", ".join(f'"{n}"' for n in names)
+    with engine.connect() as conn:
+        return list(conn.execute(text(f"SELECT {cols} FROM updates")).one())
+
+
+def test_0005_names_the_update_times_with_their_unit_and_keeps_the_values(
+    database_url: str,
+) -> None:
+    engine = make_engine(database_url)
+    _seed_0001(engine)
+    with engine.connect() as conn:
+        run_id = conn.execute(text("SELECT id FROM runs")).scalar_one()
+    updates = _cols(
+        "updates",
+        run_id=Uuid(),
+        update=Integer(),
+        schedule=String(),
+        time=Float(),
+        step_s=Float(),
+        **dict.fromkeys(TIMES, Float()),
+        idle_share=Float(),
+        mfu=Float(),
+        reward_mean=Float(),
+        tokens=Integer(),
+        extra=JSON(),
+    )
+    with migration_connection(engine) as conn:
+        command.upgrade(_cfg(conn), "0004")
+        conn.execute(
+            updates.insert().values(
+                run_id=run_id if isinstance(run_id, uuid.UUID) else uuid.UUID(str(run_id)),
+                update=0,
+                schedule="sync",
+                time=1.0,
+                step_s=6.0,
+                **TIMES,
+                idle_share=0.0,
+                mfu=0.0,
+                reward_mean=0.0,
+                tokens=0,
+                extra={},
+            )
+        )
+    upgrade_to_head(engine)
+    assert _update_times(engine, list(RENAMED.values())) == list(TIMES.values())
+    assert not set(TIMES) & {c["name"] for c in inspect(engine).get_columns("updates")}
+    with migration_connection(engine) as conn:
+        command.downgrade(_cfg(conn), "0004")
+    assert _update_times(engine, list(TIMES)) == list(TIMES.values())
     engine.dispose()

@@ -16,7 +16,7 @@ from thundersync.rundir import FINAL_STATUSES, RunDirWriter, RunFiles, RunStatus
 from thundersync.service import crud
 from thundersync.service.db import make_engine, make_session_factory, session_scope, upgrade_to_head
 from thundersync.service.launcher import Launcher
-from thundersync.service.models import Run, SpanRow, Token
+from thundersync.service.tables import Run, SpanRow, Token
 
 
 class _StillRunning:

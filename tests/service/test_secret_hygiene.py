@@ -61,7 +61,8 @@ def test_no_log_record_holds_a_secret(settings: Settings, caplog: pytest.LogCapt
         res = c.post("/api/v1/runs", json={"recipe": "grpo-toy"}, headers=alice)
         assert res.status_code == 201, res.text
         assert wait_final(c, res.json()["id"], alice)["status"] == "succeeded"
-        output = c.get(f"/api/v1/runs/{res.json()['id']}/logs", headers=alice).json()["text"]
+        path = f"/api/v1/runs/{res.json()['id']}/logs?source=output"
+        output = c.get(path, headers=alice).json()["text"]
         assert "fake driver" in output
         c.get("/api/v1/tokens", headers=bearer(secrets[3]))
         assert c.delete(f"/api/v1/tokens/{made[1].json()['id']}", headers=admin).is_success

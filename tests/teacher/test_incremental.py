@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 
-from thundersync.models import load_model, load_tokenizer
+from thundersync.hf_models import load_model, load_tokenizer
 from thundersync.rollout.agent_loop import AgentLoop, AgentLoopConfig, RolloutTask
 from thundersync.rollout.chat import TokenizerChatFormat
 from thundersync.rollout.hf_engine import HFEngine

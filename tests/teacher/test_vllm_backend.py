@@ -10,17 +10,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from thundersync.models import build_tiny_model, load_model, load_tokenizer
+from thundersync.hf_models import build_tiny_model, load_model, load_tokenizer
 from thundersync.rollout.agent_loop import AgentLoop, AgentLoopConfig, RolloutTask
 from thundersync.rollout.chat import TokenizerChatFormat
 from thundersync.rollout.checkpoint import save_checkpoint
 from thundersync.rollout.gate import StaleRequestError
-from thundersync.rollout.publisher import WeightPublisher
 from thundersync.rollout.replicas import ReplicaSet
 from thundersync.rollout.types import SamplingParams
 from thundersync.rollout.vllm_attach import attach_servers, load_start_weights
 from thundersync.rollout.vllm_engine import VLLMEngine
 from thundersync.rollout.vllm_server import VLLMServer
+from thundersync.rollout.weight_publisher import WeightPublisher
 from thundersync.rollout.weight_wire import ShmWeights, segment_path, write_shm
 from thundersync.sandbox.envs.calc_env import ToyCalcEnv
 from thundersync.teacher.check import GOAL, check_requests, learner_step

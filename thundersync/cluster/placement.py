@@ -14,14 +14,17 @@ import os
 import signal
 import time
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 from thundersync.bus.events import LearnerReady
 from thundersync.bus.factory import BusRef
 from thundersync.bus.protocol import Bus, Subscription
-from thundersync.driver.learner_proc import LearnerSpec, learner_main
 from thundersync.rollout.vllm_server import free_port
 from thundersync.rundir import RunFiles
+from thundersync.worker.learner_proc import LearnerSpec, learner_main
+
+if TYPE_CHECKING:
+    from thundersync.cluster.ray_pg import RayPlacement
 
 
 class RunFailed(RuntimeError):
@@ -34,13 +37,30 @@ def core_split() -> tuple[int | None, int | None]:
     return (cpus[0], cpus[-1]) if len(cpus) >= 2 else (None, None)
 
 
+class RankProcess(Protocol):
+    """One learner rank: a spawned `multiprocessing.Process` or a `RayLearnerHandle`."""
+
+    @property
+    def exitcode(self) -> int | None: ...
+
+    def start(self) -> None: ...
+
+    def is_alive(self) -> bool: ...
+
+    def join(self, timeout: float | None = None) -> None: ...
+
+    def terminate(self) -> None: ...
+
+
 class LearnerGroup:
     """All learner ranks, supervised as one: the run fails if any rank dies."""
 
-    def __init__(self, procs: list[Any], files: RunFiles, placement: Any = None) -> None:
+    def __init__(
+        self, procs: list[RankProcess], files: RunFiles, placement: RayPlacement | None = None
+    ) -> None:
         self.procs = procs
         self.files = files
-        self.placement = placement  # driver.ray_pg.RayPlacement: the run's GPU bundles, or None
+        self.placement = placement  # the run's GPU bundles (Ray), or None
 
     @classmethod
     def start(
@@ -50,13 +70,14 @@ class LearnerGroup:
         specs = [replace(spec, rank=r, world=world, port=port) for r in range(world)]
         if world > 1 or ray_address is not None:  # ranks share the learner core(s)
             specs = [replace(sp, cpu=None) for sp in specs]
-        procs: list[Any]
-        placement: Any = None
+        procs: list[RankProcess]
+        placement: RayPlacement | None = None
         if ray_address is not None:  # GPU bundles from cfg.placement; rendezvous at rank 0's node
-            from thundersync.driver.ray_pg import start_ray_learners
+            from thundersync.cluster.ray_learners import start_ray_learners
 
             assert isinstance(bus, BusRef), "Ray placement reaches the bus through a broker"
-            procs, placement = start_ray_learners(specs, bus, ray_address)
+            handles, placement = start_ray_learners(specs, bus, ray_address)
+            procs = list[RankProcess](handles)
         else:  # Ray actors die with their owner (this driver); local processes need to be told
             ctx = mp.get_context("spawn")
             specs = [replace(sp, parent_pid=os.getpid()) for sp in specs]
@@ -99,8 +120,9 @@ class LearnerGroup:
     def kill(self) -> None:
         """SIGKILL every local rank (fault injection: a learner dying mid-update)."""
         for p in self.procs:
-            if getattr(p, "pid", None) is not None and p.is_alive():
-                os.kill(p.pid, signal.SIGKILL)
+            pid = getattr(p, "pid", None)  # a Ray rank has none: it is not local
+            if pid is not None and p.is_alive():
+                os.kill(pid, signal.SIGKILL)
         for p in self.procs:
             p.join(10)
 
@@ -116,7 +138,7 @@ class LearnerGroup:
         for p in self.procs:
             p.join(10)
         if self.placement is not None:  # after the engines (closed first by the driver)
-            from thundersync.driver.ray_pg import release
+            from thundersync.cluster.ray_pg import release
 
             release()
             self.placement = None

@@ -1,11 +1,10 @@
-"""Ray plumbing of a placement plan: the placement group, each actor's options, the learner start.
+"""Ray plumbing of a placement plan: the placement group, each actor's options, where it runs.
 
-`place(cfg)` plans against the live cluster (driver/ray_plan.py), reserves one placement group
+`place(cfg)` plans against the live cluster (cluster/ray_plan.py), reserves one placement group
 and makes it the driver's active placement; `actor_options(role, index)` then gives any actor
 of that role its bundle and `num_gpus` (and plain CPU options without a plan, as before), so the
 engine and teacher actors created later by the driver land in their bundles without being handed
-the plan. Learner ranks rendezvous at rank 0's node, on a port rank 0 found free there: the
-driver's own loopback address means nothing to a rank on another node.
+the plan. The learner ranks are started in cluster/ray_learners.py.
 """
 
 from __future__ import annotations
@@ -13,11 +12,9 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-from dataclasses import replace
 from typing import Any
 
-from thundersync.config import RunConfig
-from thundersync.driver.ray_plan import (
+from thundersync.cluster.ray_plan import (
     NodeResources,
     PlacementError,
     PlacementPlan,
@@ -25,9 +22,9 @@ from thundersync.driver.ray_plan import (
     nodes_from_ray,
     plan_placement,
 )
+from thundersync.config import RunConfig
 
 _ACTIVE: list[RayPlacement] = []  # the driver's placement (one run per driver process)
-RENDEZVOUS_S = 300.0  # rank 0's actor start (imports torch) before it can name its port
 
 
 class RayPlacement:
@@ -158,44 +155,3 @@ def free_port_on(host: str) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
-
-
-# ---- learner ranks ---------------------------------------------------------------------------
-def start_ray_learners(specs: list[Any], bus: Any, address: str) -> tuple[list[Any], Any]:
-    """One Ray actor per learner rank (`specs`: `LearnerSpec`s, rank order), each in its GPU
-    bundle when the run's config asks for learner GPUs, all rendezvousing at rank 0's node.
-    Returns (the rank handles, the `RayPlacement` or None); release it with `release()`."""
-    import ray
-
-    from thundersync.driver.ray_placement import RayLearnerHandle, init_ray, learner_actor_class
-
-    init_ray(address)
-    cfg = RunConfig.model_validate_json(specs[0].cfg_json)
-    cpus = 1.0
-    placement = place(cfg, learner_cpus=cpus)
-    actors: list[Any] = []
-    try:
-        cls = learner_actor_class()
-        for sp in specs:
-            opts = actor_options(PlacementRole.LEARNER, sp.rank, cpus=cpus)
-            actors.append(cls.options(**opts).remote())
-        master: str | None = None
-        if len(specs) > 1:
-            try:
-                master, port = ray.get(actors[0].rendezvous.remote(), timeout=RENDEZVOUS_S)
-            except ray.exceptions.GetTimeoutError:
-                raise PlacementError(
-                    f"learner rank 0 did not start within {RENDEZVOUS_S:g} s: no node has the "
-                    f"resources it asks for ({actor_options(PlacementRole.LEARNER, 0, cpus=cpus)})"
-                ) from None
-            specs = [replace(sp, port=port) for sp in specs]
-        handles = [
-            RayLearnerHandle(sp, bus, address, actor=a, master_addr=master)
-            for sp, a in zip(specs, actors, strict=True)
-        ]
-    except BaseException:
-        for a in actors:
-            ray.kill(a)
-        release()
-        raise
-    return handles, placement

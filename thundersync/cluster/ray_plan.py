@@ -3,7 +3,7 @@
 A plan is the list of placement-group bundles and, for every learner rank, rollout replica and
 teacher replica, the bundle it runs in (bundle i is slot i). It imports no Ray, so every check
 runs against plain node descriptions and an impossible request fails before any actor starts,
-with the numbers needed to fix it. driver/ray_pg.py turns a plan into a placement group. All GPU
+with the numbers needed to fix it. cluster/ray_pg.py turns a plan into a placement group. All GPU
 counts 0 gives an empty plan: no placement group, CPU actors as without one.
 """
 

@@ -1,6 +1,6 @@
 """vLLM rollout and teacher replicas as Ray actors, each reporting the URL it serves at.
 
-A replica actor runs in its role's GPU bundle (driver/ray_pg.py), starts a `VLLMServer` bound to
+A replica actor runs in its role's GPU bundle (cluster/ray_pg.py), starts a `VLLMServer` bound to
 its node's address on a port free there (Ray gives the actor its GPUs through
 CUDA_VISIBLE_DEVICES, which the server inherits) and reports `http://NODE_IP:PORT`: the driver
 cannot guess either, since Ray picks the node. The server dies with its actor (teacher/lifeline.py).
@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from thundersync.driver.ray_plan import PlacementRole
+from thundersync.cluster.ray_plan import PlacementRole
 from thundersync.rollout.vllm_server import VLLMServer, VLLMServerConfig
 
 
@@ -33,7 +33,7 @@ class VLLMReplicaActor:
     ) -> None:
         import ray
 
-        from thundersync.driver.ray_pg import free_port_on
+        from thundersync.cluster.ray_pg import free_port_on
 
         os.environ.update(env or {})  # e.g. TSRL_VLLM_PYTHON, VLLM_* settings of this node
         host = ray.util.get_node_ip_address()
@@ -67,7 +67,7 @@ class VLLMReplicaActor:
         self.server.stop()
 
     def where(self) -> dict[str, Any]:
-        from thundersync.driver.ray_pg import actor_where
+        from thundersync.cluster.ray_pg import actor_where
 
         return actor_where()
 
@@ -85,7 +85,7 @@ def start_vllm_replicas(
     `replica_urls`."""
     import ray
 
-    from thundersync.driver.ray_pg import active_placement, actor_options
+    from thundersync.cluster.ray_pg import active_placement, actor_options
 
     placement = active_placement()
     planned = len(placement.plan.of(role)) if placement is not None else 0

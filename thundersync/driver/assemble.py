@@ -3,25 +3,30 @@
 Which model: `model.path` (a directory, or built in: `smollm2` from the artefact cache), or a tiny
 model built into the run directory (OPD: a tiny teacher too, or SmolLM2-135M whose tokenizer the
 tiny student then shares). Which teacher: in-process HF (embedded default), a Ray actor (with
-`--ray`), or a supervised vLLM server. Which engine: the in-process HF engine, or one in a Ray
-actor.
+`--ray`), or a supervised vLLM server. Which engine: the in-process HF engine, one in a Ray
+actor, or vLLM replicas (driver/vllm_replicas.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from thundersync.config import BUILTIN_MODELS, Objective, RolloutEngine, RunConfig, TeacherScoring
+from thundersync.driver.vllm_replicas import vllm_replicas
 from thundersync.rollout.agent_loop import AgentLoopConfig
 from thundersync.rollout.chat import TokenizerChatFormat
+from thundersync.rollout.inference_engine import InferenceEngine
 from thundersync.rollout.replicas import ReplicaSet
 from thundersync.rollout.types import SamplingParams
 from thundersync.rundir import RunFiles
 
 if TYPE_CHECKING:
-    from thundersync.rollout.vllm_server import VLLMServerConfig
+    from thundersync.cluster.ray_servers import ServerGroup
+    from thundersync.rollout.vllm_server import VLLMServer
+    from thundersync.teacher.client import TeacherClient
+    from thundersync.teacher.scorer import Scorer
 
 
 class ConfigUnsupported(ValueError):
@@ -30,7 +35,7 @@ class ConfigUnsupported(ValueError):
 
 def build_models(cfg: RunConfig, files: RunFiles) -> tuple[Path, Path | None]:
     """(the student's directory, the teacher's or None), built into the run dir when needed."""
-    from thundersync.models import build_tiny_model, load_tokenizer
+    from thundersync.hf_models import build_tiny_model, load_tokenizer
 
     m = cfg.model
     if m.path in BUILTIN_MODELS:  # smollm2: built once into the artefact cache, read only
@@ -74,21 +79,30 @@ def build_models(cfg: RunConfig, files: RunFiles) -> tuple[Path, Path | None]:
     return student, files.teacher
 
 
-@dataclass
-class RolloutSide:
-    """What the driver's process runs rollouts with."""
+class PolicyLoad(TypedDict):
+    """How the rollout replicas loaded one published version (merged into its metrics line)."""
 
-    engine: Any
+    acked_by: tuple[str, ...]
+    load_method: str
+    load_s: float
+
+
+@dataclass
+class RolloutParts:
+    """What the driver's process runs rollouts with: the inference engine, the chat format, the
+    agent loop's settings, the teacher (OPD), and what the run learns of them as it goes."""
+
+    engine: InferenceEngine
     chat: TokenizerChatFormat
     loop_cfg: AgentLoopConfig
-    teacher: Any = None  # TeacherClient
-    teacher_server: Any = None  # VLLMServer, when the teacher is a supervised server
+    teacher: TeacherClient | None = None
+    teacher_server: VLLMServer | ServerGroup | None = None  # a supervised teacher server
     on_ray: bool = False
-    acks: dict[int, dict[str, Any]] = field(default_factory=dict)  # version -> who loaded it, how
-    notes: list[str] = field(default_factory=list)  # log lines on how the side was set up
+    loads: dict[int, PolicyLoad] = field(default_factory=dict)  # version -> who loaded it, how
+    notes: list[str] = field(default_factory=list)  # log lines on how the parts were set up
 
     def report(self) -> list[str]:
-        """Log lines on what the rollout side did: per-replica trajectories, the teacher's
+        """Log lines on what the rollout parts did: per-replica trajectories, the teacher's
         scoring counters. A report only: a dead teacher actor must not mask the run's error."""
         lines = list(self.notes)
         if isinstance(self.engine, ReplicaSet):
@@ -117,7 +131,7 @@ class RolloutSide:
         if self.teacher_server is not None:
             self.teacher_server.stop()
         if self.on_ray:
-            from thundersync.driver.ray_placement import reset_sandbox_workers
+            from thundersync.cluster.ray_actors import reset_sandbox_workers
 
             reset_sandbox_workers()
 
@@ -132,14 +146,16 @@ class RolloutSide:
             proc.wait()
 
 
-def _scorer(cfg: RunConfig, teacher_dir: Path, files: RunFiles, on_ray: bool) -> tuple[Any, Any]:
+def _scorer(
+    cfg: RunConfig, teacher_dir: Path, files: RunFiles, on_ray: bool
+) -> tuple[Scorer, VLLMServer | ServerGroup | None]:
     """(the frozen teacher's scorer, its supervised server or None)."""
     backend = cfg.teacher.backend
     incremental = cfg.teacher.effective_scoring is TeacherScoring.INCREMENTAL
     # room for every concurrently open trajectory (and reruns) before LRU re-scoring
     cap = max(8, 2 * cfg.rollout.concurrency)
     if backend == "hf" and on_ray:
-        from thundersync.driver.ray_placement import RayScorer
+        from thundersync.cluster.ray_actors import RayScorer
 
         return RayScorer(str(teacher_dir), max_open=cap if incremental else 0), None
     if backend == "hf":
@@ -162,8 +178,8 @@ def _scorer(cfg: RunConfig, teacher_dir: Path, files: RunFiles, on_ray: bool) ->
         server = VLLMServer(VLLMServerConfig(model=str(teacher_dir)), log_dir=files.teacher)
         server.start()
         return SupervisedVLLMScorer(server), server
-    from thundersync.driver.ray_plan import PlacementRole
-    from thundersync.driver.ray_servers import ServerGroup, remote_servers, start_vllm_replicas
+    from thundersync.cluster.ray_plan import PlacementRole
+    from thundersync.cluster.ray_servers import ServerGroup, remote_servers, start_vllm_replicas
 
     on_gpu = cfg.placement.teacher_gpus > 0
     sc = VLLMServerConfig(
@@ -176,7 +192,7 @@ def _scorer(cfg: RunConfig, teacher_dir: Path, files: RunFiles, on_ray: bool) ->
     return TeacherReplicas([SupervisedVLLMScorer(s) for s in servers]), ServerGroup(servers)
 
 
-def rollout_side(
+def build_rollout_parts(
     cfg: RunConfig,
     files: RunFiles,
     *,
@@ -184,17 +200,17 @@ def rollout_side(
     teacher_dir: Path | None,
     version: int,
     on_ray: bool,
-) -> RolloutSide:
+) -> RolloutParts:
+    from thundersync.hf_models import load_tokenizer
     from thundersync.learner.device import DTYPES, resolve_device
-    from thundersync.models import load_tokenizer
     from thundersync.rollout.hf_engine import HFEngine
 
     start = files.weights(version) if version else student
-    engine: Any
+    engine: InferenceEngine
     if cfg.rollout.engine is RolloutEngine.VLLM:
         engine = vllm_replicas(cfg, files, start, version, on_ray=on_ray)
     elif on_ray:
-        from thundersync.driver.ray_placement import RayEngine
+        from thundersync.cluster.ray_actors import RayEngine
 
         engine = RayEngine(str(start), version=version)
     else:
@@ -209,136 +225,19 @@ def rollout_side(
         tool_workers=2,
         max_total_tokens=cfg.rollout.max_total_tokens,
     )
-    side = RolloutSide(engine, TokenizerChatFormat(load_tokenizer(student)), loop_cfg)
-    side.on_ray = on_ray
+    parts = RolloutParts(engine, TokenizerChatFormat(load_tokenizer(student)), loop_cfg)
+    parts.on_ray = on_ray
     if cfg.rollout.vllm.urls and isinstance(engine, ReplicaSet):
         how = ", ".join(f"{a.method} {a.seconds:.2f} s" for a in engine.last_acks)
-        side.notes.append(
+        parts.notes.append(
             f"rollout attached to vLLM servers {' '.join(cfg.rollout.vllm.urls)} (not started "
             f"or stopped by this run); start weights v{version} loaded into each: {how}"
         )
     if teacher_dir is not None:
         from thundersync.teacher.client import TeacherClient
 
-        scorer, side.teacher_server = _scorer(cfg, teacher_dir, files, on_ray)
-        side.teacher = TeacherClient(
+        scorer, parts.teacher_server = _scorer(cfg, teacher_dir, files, on_ray)
+        parts.teacher = TeacherClient(
             scorer, timeout_s=cfg.teacher.timeout_s, retries=cfg.teacher.retries, backoff_s=0.2
         )
-    return side
-
-
-def replica_ids(cfg: RunConfig) -> tuple[str, ...]:
-    """The ids under which the rollout replicas acknowledge a version (the learner waits on all)."""
-    n = cfg.rollout.replicas if cfg.rollout.engine is RolloutEngine.VLLM else 1
-    return tuple(f"engine-{i}" for i in range(n))
-
-
-def replica_server_config(cfg: RunConfig, model: Path | str, *, on_gpu: bool) -> VLLMServerConfig:
-    """The `VLLMServerConfig` of each rollout replica (settings from `rollout.vllm`)."""
-    from thundersync.rollout.vllm_server import VLLMServerConfig
-
-    v = cfg.rollout.vllm
-    return VLLMServerConfig(
-        model=str(model),
-        dtype=v.dtype or cfg.model.dtype,
-        max_model_len=v.max_model_len,
-        kv_cache_gib=v.kv_cache_gib,
-        seed=cfg.seed,
-        tensor_parallel_size=v.tensor_parallel_size,
-        gpu_memory_utilization=v.gpu_memory_utilization if on_gpu else None,
-        enforce_eager=v.enforce_eager if v.enforce_eager is not None else not on_gpu,
-    )
-
-
-def vllm_replicas(
-    cfg: RunConfig, files: RunFiles, start: Path, version: int, *, on_ray: bool = False
-) -> ReplicaSet:
-    """`rollout.replicas` vLLM servers on `start`, started in parallel; all or none. With Ray
-    each is a replica actor in its placement bundle, reached at its node's URL (shared-memory
-    weights need the replicas on the learner's host; otherwise `publish.transport: disk` on a
-    shared filesystem). With `rollout.vllm.urls` the run starts none: it attaches to those
-    servers (rollout/vllm_attach.py) and loads `start` into them."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    import torch
-
-    from thundersync.rollout.vllm_engine import VLLMEngine
-    from thundersync.rollout.vllm_server import VLLMServer
-
-    v = cfg.rollout.vllm
-    if v.urls:
-        return _attached_replicas(cfg, start, version)
-    on_gpu = cfg.placement.rollout_gpus > 0 if on_ray else torch.cuda.is_available()
-    sc = replica_server_config(cfg, start, on_gpu=on_gpu)
-    log_dir = files.root / "vllm"
-    eos = _eos_id(start)
-    if on_ray:
-        from thundersync.driver.ray_plan import PlacementRole
-        from thundersync.driver.ray_servers import remote_servers, start_vllm_replicas
-
-        actors = start_vllm_replicas(
-            PlacementRole.ROLLOUT, sc, log_dir, replicas=cfg.rollout.replicas
-        )
-        servers: list[Any] = remote_servers(actors, sc)
-    else:
-        servers = [VLLMServer(sc, log_dir=log_dir) for _ in range(cfg.rollout.replicas)]
-        with ThreadPoolExecutor(len(servers)) as pool:
-            futs = [pool.submit(s.start) for s in servers]
-            errors = [f.exception() for f in futs]
-        if any(errors):
-            for s in servers:
-                s.stop()
-            raise next(e for e in errors if e is not None)
-    tp = v.tensor_parallel_size  # replica i's workers are broadcast ranks 1 + i * tp (learner: 0)
-    engines = [
-        VLLMEngine(s, version=version, eos_token_id=eos, rank_offset=1 + i * tp)
-        for i, s in enumerate(servers)
-    ]
-    return ReplicaSet(engines, replica_ids(cfg))
-
-
-def _attached_replicas(cfg: RunConfig, start: Path, version: int) -> ReplicaSet:
-    """Engines on the running servers of `rollout.vllm.urls`, every one loaded with `start`
-    (version `version`) through the run's publish transport before the first rollout."""
-    import json
-
-    from thundersync.config import WeightTransport
-    from thundersync.learner.device import DTYPES
-    from thundersync.rollout.vllm_attach import attach_servers, load_start_weights
-    from thundersync.rollout.vllm_engine import VLLMEngine
-
-    v = cfg.rollout.vllm
-    context = json.loads((start / "config.json").read_text()).get("max_position_embeddings")
-    need = min(x for x in (cfg.rollout.max_total_tokens, v.max_model_len, context) if x)
-    tp = v.tensor_parallel_size
-    servers: list[Any] = attach_servers(
-        v.urls, start, timeout_s=v.attach_timeout_s, need_len=need, tp=tp
-    )
-    eos = _eos_id(start)
-    engines = [
-        VLLMEngine(s, version=version, eos_token_id=eos, rank_offset=1 + i * tp)
-        for i, s in enumerate(servers)
-    ]
-    replicas = ReplicaSet(engines, replica_ids(cfg))
-    t = cfg.publish.transport
-    try:
-        load_start_weights(
-            replicas,
-            start,
-            version,
-            transport="shm" if t is WeightTransport.AUTO else t.value,
-            dtype=DTYPES[cfg.model.dtype],
-            broadcast_receivers=len(engines) * tp,
-        )
-    except BaseException:
-        replicas.close()  # the engines' HTTP clients; the servers stay up
-        raise
-    return replicas
-
-
-def _eos_id(model_dir: Path) -> int | None:
-    import json
-
-    cfg = json.loads((model_dir / "config.json").read_text())
-    eos = cfg.get("eos_token_id")
-    return eos if isinstance(eos, int) else None
+    return parts

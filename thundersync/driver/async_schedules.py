@@ -11,19 +11,25 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
-from thundersync.bus.events import PolicyPublished
+from thundersync.bus.events import BarrierStats, PolicyPublished
 from thundersync.bus.protocol import Subscription
 from thundersync.driver.emit import UpdateTally
 from thundersync.driver.metrics import Timeline, UpdateTimes
+from thundersync.rollout.inference_engine import InferenceEngine
+
+# writes one update's metrics line: (update, times, tally, the learner's stats, version)
+MetricsWriter = Callable[[int, UpdateTimes, UpdateTally, BarrierStats | None, int], None]
 
 
-class StalePolicy:
+class AsyncSchedule:
+    """The driver's side of `async` / `fully_async`: the policy listener, the wait for
+    theta_{u-1}, the metrics deferred until their step is done."""
+
     def __init__(
         self,
         ctrl: Subscription,
-        engine: Any,
+        engine: InferenceEngine,
         *,
         fully: bool,
         check_alive: Callable[[str], None],
@@ -63,7 +69,7 @@ class StalePolicy:
     def defer(self, update: int, start: float, rollout_end: float, tally: UpdateTally) -> None:
         self.pending[update] = (start, rollout_end, tally)
 
-    def flush(self, timeline: Timeline, write: Callable[..., None], *, block: bool) -> None:
+    def flush(self, timeline: Timeline, write: MetricsWriter, *, block: bool) -> None:
         """Write the metrics of every deferred update whose step is done (block: wait for all)."""
         for k in sorted(self.pending):
             stats = timeline.barrier(k, timeout_s=600.0 if block else 0.0)

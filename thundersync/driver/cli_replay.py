@@ -28,7 +28,7 @@ def replay_gap_cmd(
     """Replay a recorded run's batches through sync and print each update's parameter gap."""
     from thundersync.config import ConfigError, load_run_config
     from thundersync.driver.assemble import build_models
-    from thundersync.driver.replay import replay_gap
+    from thundersync.driver.replay_gap import replay_gap
     from thundersync.rundir import RunFiles
 
     files = RunFiles(run_dir)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ def train(
     """Train a run: rollouts overlap the learner (own process); writes the run directory."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from thundersync import stages
     from thundersync.bus.factory import run_bus_kind
     from thundersync.bus.protocol import BusError
     from thundersync.config import ConfigError, load_config_arg, parse_set_overrides
@@ -39,27 +41,45 @@ def train(
     except (ConfigError, BusError) as e:
         typer.echo(f"invalid config: {e}", err=True)
         raise typer.Exit(2) from None
+    from huggingface_hub.utils import disable_progress_bars
+    from transformers.utils import logging as hf_logging
+
+    # their per-file tqdm bars would run into the status line below, which says what they did;
+    # the environment variable reaches the learner's processes
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    hf_logging.disable_progress_bar()
+    disable_progress_bars()
     default_dir = cfg.output_dir if cfg.output_dir != "runs/default" else f"runs/{cfg.name}"
     rd = Path(run_dir or default_dir)
     with Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
+        TextColumn("{task.fields[count]}"),
         TextColumn("{task.fields[info]}"),
         TimeElapsedColumn(),
         disable=quiet,
     ) as prog:
-        task = prog.add_task(f"{cfg.name} ({cfg.schedule.value})", total=cfg.updates, info="")
+        name, count = f"{cfg.name} ({cfg.schedule.value})", f"0/{cfg.updates}"
+        task = prog.add_task(name, total=cfg.updates, info="", count=count)
+        # the driver's current stage (model download, engine start, rollouts, learner) as one
+        # status line under the bar, redrawn in place: no tqdm spam, stdout's last line stays JSON
+        stage_row = prog.add_task("stage", total=None, info="starting", count="")
+
+        def on_stage(stage: stages.Stage) -> None:
+            prog.update(stage_row, description=stage.kind, info=stage.line())
 
         def progress(rec: dict[str, Any]) -> None:
             prog.update(
                 task,
                 completed=rec["update"] + 1,
+                count=f"{rec['update'] + 1}/{cfg.updates}",
                 info=f"reward {rec['reward_mean']:.3f}  step {rec['step_s']:.2f}s",
             )
 
         driver = RunDriver(cfg, rd, resume=resume, bus_kind=bus, progress=progress, ray_address=ray)
-        code = driver.run()
+        with stages.listening(on_stage):
+            code = driver.run()
+        prog.update(stage_row, visible=False)
     status = RunStatus.CANCELLED if code == EXIT_CANCELLED else RunStatus.SUCCEEDED
     typer.echo(json.dumps({"run_dir": str(rd), "status": status.value}))
     if code:

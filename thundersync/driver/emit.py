@@ -1,18 +1,28 @@
 """Agent-loop callbacks -> bus events: each objective's sources, as soon as they are fixed.
 
-GRPO: a trajectory is one source once its reward is known (tokens, mask, reward, group index).
-OPD: each teacher-scored turn is one source (its new segment only), sent while the tool call of
-that turn may still run; the trajectory's end closes its group. Called on the rollout event-loop
-thread; publishing never waits for the learner.
+GRPO: a trajectory is one source once its reward is known, sent as two events, its reward
+(`GrpoRewardReady`) then its content (`GrpoTrajectoryReady`: the continuation only); the first of
+a group is preceded by the group's registration, which carries the prompt. OPD: each
+teacher-scored turn is one source (`OpdTurnReady`: its new segment only), sent while the tool call
+of that turn may still run; the trajectory's end closes its group. Called on the rollout
+event-loop thread; publishing never waits for the learner.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from thundersync.bus.events import GroupClosed, SourceKind, SourceReady
+from thundersync.bus.events import (
+    GroupClosed,
+    GroupRegistered,
+    GrpoRewardReady,
+    GrpoTrajectoryReady,
+    OpdTurnReady,
+    SourceReady,
+)
 from thundersync.bus.protocol import Bus
 from thundersync.config import Objective
 from thundersync.driver.tasks import PlannedTrajectory
@@ -46,23 +56,25 @@ class SourceEmitter:
         policy_version: Callable[[], int],
         plans: dict[str, PlannedTrajectory],
         files: RunDirWriter,
-        after_publish: Callable[[SourceReady, int], None] | None = None,
+        group_size: int = 1,
+        after_publish: Callable[[list[SourceReady], int], None] | None = None,
     ) -> None:
         self.bus, self.run_id, self.update = bus, run_id, update
         self.policy_version = policy_version
         self.plans, self.files = plans, files
+        self.group_size = group_size
+        self.registered: set[str] = set()  # GRPO groups whose registration (with prompt) is out
         self.after_publish = after_publish
         self.tally = UpdateTally()
 
-    def publish_source(self, **payload: Any) -> None:
-        ev = SourceReady(
-            run_id=self.run_id, update=self.update, policy_version=self.policy_version(), **payload
-        )
-        self.bus.publish(ev)
+    def publish_source(self, *events: SourceReady) -> None:
+        """Publish one source (its events, in order) and count it."""
+        for ev in events:
+            self.bus.publish(ev)
         self.tally.sources += 1
-        self.tally.last_ready = max(self.tally.last_ready, ev.ready_at)
+        self.tally.last_ready = max(self.tally.last_ready, *(ev.ready_at for ev in events))
         if self.after_publish is not None:
-            self.after_publish(ev, self.tally.sources)
+            self.after_publish(list(events), self.tally.sources)
 
     def on_turn_completed(self, traj: Trajectory, turn: Turn) -> None:
         pass
@@ -79,17 +91,46 @@ class GrpoEmitter(SourceEmitter):
     def on_reward_ready(self, traj: Trajectory, reward: float) -> None:
         super().on_reward_ready(traj, reward)
         plan = self.plans[traj.trajectory_id]
+        gid, tid, index = plan.group_id, traj.trajectory_id, plan.ref.repetition
+        if gid not in self.registered:  # every member shares the prompt: the first one sends it
+            self.registered.add(gid)
+            self.bus.publish(
+                GroupRegistered(
+                    run_id=self.run_id,
+                    update=self.update,
+                    group_id=gid,
+                    size=self.group_size,
+                    prompt_ids=list(traj.prompt_ids),
+                )
+            )
+        run, k, v, now = self.run_id, self.update, self.policy_version(), time.time()
+        # the reward first: bound before its content is applied, H_i goes straight into G1 and G2
+        # (content first would hold a full-size copy of H_i until the reward's turn in the queue)
         self.publish_source(
-            kind=SourceKind.GRPO_TRAJECTORY,
-            source_id=traj.trajectory_id,
-            group_id=plan.group_id,
-            traj_id=traj.trajectory_id,
-            index=plan.ref.repetition,
-            token_ids=traj.prompt_ids + traj.response_ids,
-            action_mask=[0] * len(traj.prompt_ids) + traj.loss_mask,
-            prompt_len=len(traj.prompt_ids),
-            reward=reward,
-            rollout_logprobs=[lp for t in traj.turns for lp in t.action_logprobs],
+            GrpoRewardReady(
+                run_id=run,
+                update=k,
+                policy_version=v,
+                ready_at=now,
+                source_id=f"{tid}/reward",
+                group_id=gid,
+                traj_id=tid,
+                index=index,
+                reward=reward,
+            ),
+            GrpoTrajectoryReady(
+                run_id=run,
+                update=k,
+                policy_version=v,
+                ready_at=now,
+                source_id=tid,
+                group_id=gid,
+                traj_id=tid,
+                index=index,
+                token_ids=list(traj.response_ids),
+                action_mask=list(traj.loss_mask),
+                rollout_logprobs=[lp for t in traj.turns for lp in t.action_logprobs],
+            ),
         )
 
 
@@ -99,16 +140,20 @@ class OpdEmitter(SourceEmitter):
         lead = traj.prompt_ids if turn.index == 0 else traj.turns[turn.index - 1].obs_ids
         action = list(turn.action_ids)
         self.publish_source(
-            kind=SourceKind.OPD_TURN,
-            source_id=f"{traj.trajectory_id}/turn{turn.index}",
-            group_id=traj.trajectory_id,
-            traj_id=traj.trajectory_id,
-            turn=turn.index,
-            offset=turn.context_len - len(lead),
-            token_ids=list(lead) + action,
-            action_mask=[0] * len(lead) + [1] * len(action),
-            teacher_logprobs=[0.0] * len(lead) + list(turn.teacher_logprobs or []),
-            rollout_logprobs=list(turn.action_logprobs),
+            OpdTurnReady(
+                run_id=self.run_id,
+                update=self.update,
+                policy_version=self.policy_version(),
+                source_id=f"{traj.trajectory_id}/turn{turn.index}",
+                group_id=traj.trajectory_id,
+                traj_id=traj.trajectory_id,
+                turn=turn.index,
+                offset=turn.context_len - len(lead),
+                token_ids=list(lead) + action,
+                action_mask=[0] * len(lead) + [1] * len(action),
+                teacher_logprobs=[0.0] * len(lead) + list(turn.teacher_logprobs or []),
+                rollout_logprobs=list(turn.action_logprobs),
+            )
         )
 
     def on_trajectory_completed(self, traj: Trajectory) -> None:

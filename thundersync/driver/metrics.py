@@ -14,7 +14,7 @@ from typing import Any
 
 from thundersync.bus.events import BarrierStats, Span
 from thundersync.bus.protocol import Subscription
-from thundersync.config import RunConfig
+from thundersync.config import Objective, RunConfig
 from thundersync.driver.emit import UpdateTally
 from thundersync.rundir import RunDirWriter
 
@@ -71,14 +71,14 @@ def update_record(
     P = (stats.end - stats.start) if stats is not None else 0.0
     tokens = stats.tokens if stats is not None else 0
     flops = 6.0 * (stats.n_params if stats is not None else 0) * tokens
-    return {
+    rec: dict[str, Any] = {
         "update": update,
         "schedule": cfg.schedule.value,
         "time": times.end,
         "step_s": step_s,
-        "R": times.rollout_end - times.start,
-        "L": L,
-        "P": P,
+        "rollout_s": times.rollout_end - times.start,
+        "learner_busy_s": L,
+        "barrier_s": P,
         "idle_share": max(0.0, 1.0 - (L + P) / step_s) if step_s > 0 else 0.0,
         "mfu": flops / (max(L + P, 1e-9) * peak),
         "mfu_wall": flops / (step_s * peak),
@@ -96,3 +96,8 @@ def update_record(
         "logprob_mismatch_max": stats.logprob_mismatch_max if stats is not None else 0.0,
         "version": version,
     }
+    if cfg.objective is Objective.OPD:  # the distillation signal (the learner's, all ranks)
+        rec["kl_mean"] = stats.kl_mean if stats is not None else 0.0
+        rec["distill_loss"] = stats.distill_loss if stats is not None else 0.0
+        rec["scored_tokens"] = stats.scored_tokens if stats is not None else 0
+    return rec

@@ -8,28 +8,43 @@ update. A GRPO trajectory sends nothing before its reward, so its failure needs 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass
 
-from thundersync.bus.events import GroupRegistered, TrajectoryAborted
-from thundersync.config import Objective, Schedule
+from thundersync.bus.events import TrajectoryAborted, TrajectoryRegistered
+from thundersync.bus.protocol import Bus
+from thundersync.cluster.placement import RunFailed
+from thundersync.config import Objective, RunConfig, Schedule
+from thundersync.driver.assemble import RolloutParts
 from thundersync.driver.emit import SourceEmitter
-from thundersync.driver.placement import RunFailed
+from thundersync.driver.faults import FaultPlan
 from thundersync.driver.tasks import PlannedTrajectory
 from thundersync.rollout.agent_loop import AgentLoop, RolloutTask
-
-if TYPE_CHECKING:
-    from thundersync.driver.run import RunDriver
 
 MAX_RERUNS = 3
 
 
+@dataclass(frozen=True)
+class RolloutContext:
+    """What an update's rollouts need of the run: its config, the parts they run with, the bus
+    (aborts, reruns' registrations) under the run's id, the fault plan and the run log."""
+
+    cfg: RunConfig
+    parts: RolloutParts
+    bus: Bus
+    run_id: str
+    faults: FaultPlan
+    log: Callable[[str], None]
+
+
 async def run_trajectories(
-    driver: RunDriver, update: int, plans: list[PlannedTrajectory], emitter: SourceEmitter
+    ctx: RolloutContext, update: int, plans: list[PlannedTrajectory], emitter: SourceEmitter
 ) -> None:
-    cfg, side, bus = driver.cfg, driver.side, driver.bus
-    assert side is not None
+    cfg, parts, bus = ctx.cfg, ctx.parts, ctx.bus
     sem = asyncio.Semaphore(cfg.rollout.concurrency)
-    loop = AgentLoop(side.engine, side.chat, side.loop_cfg, callbacks=emitter, teacher=side.teacher)
+    loop = AgentLoop(
+        parts.engine, parts.chat, parts.loop_cfg, callbacks=emitter, teacher=parts.teacher
+    )
     opd = cfg.objective is Objective.OPD
 
     async def one(plan: PlannedTrajectory) -> None:
@@ -37,20 +52,20 @@ async def run_trajectories(
         while True:
             try:
                 async with sem:
-                    task = driver.faults.rollout_task(tid, task, cfg.rollout.max_turns)
+                    task = ctx.faults.rollout_task(tid, task, cfg.rollout.max_turns)
                     # fully_async: the engine may swap weights mid-trajectory; else pin theta_k
-                    pinned = None if cfg.schedule is Schedule.FULLY_ASYNC else side.engine.version
+                    pinned = None if cfg.schedule is Schedule.FULLY_ASYNC else parts.engine.version
                     await loop.arun([task], version=pinned)
                 return
             except Exception as e:  # a rollout worker died: rerun from scratch under theta_k
                 attempt += 1
-                driver.files.write_log(f"trajectory {tid} failed ({e!r}); rerun #{attempt}")
+                ctx.log(f"trajectory {tid} failed ({e!r}); rerun #{attempt}")
                 if attempt > MAX_RERUNS:
                     raise RunFailed(f"trajectory {tid} failed {attempt} times: {e}") from e
                 if opd:  # drop the turns it already sent
                     bus.publish(
                         TrajectoryAborted(
-                            run_id=driver.run_id,
+                            run_id=ctx.run_id,
                             update=update,
                             traj_id=tid,
                             group_id=tid,
@@ -68,8 +83,6 @@ async def run_trajectories(
                 tid = str(task.ref)
                 emitter.plans[tid] = plan
                 if opd:
-                    bus.publish(
-                        GroupRegistered(run_id=driver.run_id, update=update, group_id=tid, size=1)
-                    )
+                    bus.publish(TrajectoryRegistered(run_id=ctx.run_id, update=update, traj_id=tid))
 
     await asyncio.gather(*(one(p) for p in plans))

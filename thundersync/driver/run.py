@@ -1,15 +1,16 @@
 """The run driver: one update after another, rollouts overlapping the learner in its own process.
 
-    parts = models, learner ranks (placement), rollout side (engine, teacher), bus
+    parts = models, learner ranks (cluster.placement), rollout parts (engine, teacher), bus
     for k in updates:
         stop here if CANCEL was requested (between barriers, never inside an optimizer step)
-        register the update's groups; run its trajectories (concurrency-limited, tools async)
-          each reward-fixed trajectory (GRPO) / teacher-scored turn (OPD) -> SourceReady
+        register its OPD trajectories; run its trajectories (concurrency-limited, tools async)
+          each reward-fixed GRPO trajectory -> (its group's registration with the prompt, once)
+            GrpoRewardReady + GrpoTrajectoryReady; each teacher-scored OPD turn -> OpdTurnReady
         batch closed -> the learner steps -> theta_{k+1} published -> engine loads it -> ack
         metrics line from the learner's barrier stats; spans -> run dir
 A failed trajectory is rerun from scratch under theta_k; for OPD its already-sent turns are
 aborted first, so nothing partial reaches the learner. The stale comparison schedules live in
-`driver.stale`, fault injection for tests in `driver.faults`.
+`driver.async_schedules`, fault injection for tests in `driver.faults`.
 """
 
 from __future__ import annotations
@@ -18,24 +19,36 @@ import asyncio
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from thundersync.bus.events import BatchClosed, GroupRegistered, PolicyPublished, ReplicaAcked
+from thundersync import stages
+from thundersync.bus.events import (
+    BarrierStats,
+    BatchClosed,
+    PolicyPublished,
+    ReplicaAcked,
+    SourceReady,
+    TrajectoryRegistered,
+)
 from thundersync.bus.factory import BusKind, open_run_bus, run_bus_kind
+from thundersync.cluster.placement import LearnerGroup, RunFailed, core_split
 from thundersync.config import Objective, RunConfig, Schedule, revalidate
-from thundersync.driver.assemble import RolloutSide, build_models, replica_ids, rollout_side
+from thundersync.driver.assemble import RolloutParts, build_models, build_rollout_parts
+from thundersync.driver.async_schedules import AsyncSchedule
 from thundersync.driver.emit import EMITTERS, SourceEmitter, UpdateTally
 from thundersync.driver.faults import FaultPlan
-from thundersync.driver.learner_proc import LearnerSpec
+from thundersync.driver.metric_sinks import open_sinks
 from thundersync.driver.metrics import Timeline, UpdateTimes, update_record
-from thundersync.driver.placement import LearnerGroup, RunFailed, core_split
-from thundersync.driver.publish import remove_run_segments
-from thundersync.driver.rollouts import run_trajectories
-from thundersync.driver.stale import StalePolicy
+from thundersync.driver.rollouts import RolloutContext, run_trajectories
 from thundersync.driver.tasks import plan_update, task_pool
+from thundersync.driver.vllm_replicas import replica_ids
 from thundersync.rollout.weight_wire import sweep_orphans
 from thundersync.rundir import RunDirWriter, RunStatus
+from thundersync.sandbox.envs.catalogue import TaskRef
+from thundersync.worker.learner_proc import LearnerSpec
+from thundersync.worker.policy_writer import remove_run_segments
 
 EXIT_CANCELLED = 3
 __all__ = ["EXIT_CANCELLED", "RunDriver", "RunFailed"]
@@ -51,7 +64,7 @@ class RunDriver:
         bus_kind: BusKind | str | None = None,
         log_batches: bool = False,
         ray_address: str | None = None,
-        progress: Any = None,
+        progress: Callable[[dict[str, Any]], None] | None = None,
         faults: FaultPlan | None = None,
     ) -> None:
         self.cfg = cfg = revalidate(cfg)  # refused here, not at the first group close
@@ -66,11 +79,12 @@ class RunDriver:
         self.ray_address = ray_address
         self.bus_kind = run_bus_kind(bus_kind, on_ray=ray_address is not None)
         self.faults = faults or FaultPlan()
-        self.stale: StalePolicy | None = None
+        self.stale: AsyncSchedule | None = None
 
     def run(self) -> int:
         try:
-            code = self._run()
+            with stages.listening(self.files.write_stage):  # DIR/stage.json, `stage:` lines
+                code = self._run()
             if code == EXIT_CANCELLED:
                 self.files.write_status(
                     RunStatus.CANCELLED, "cancel requested; stopped at a barrier"
@@ -111,6 +125,7 @@ class RunDriver:
         if self.resume:
             dropped = self.files.drop_updates_from(version)
             self.files.write_log(f"resume at v{version}: dropped {dropped} lines of redone updates")
+        self.files.sinks = open_sinks(cfg, self.files)  # TensorBoard / W&B (cfg.logging)
         asynchronous = cfg.schedule in (Schedule.ASYNC, Schedule.FULLY_ASYNC)
         self.bus, learner_bus = open_run_bus(
             self.bus_kind, run_id=self.run_id, learner_ranks=cfg.learner.ranks
@@ -125,6 +140,7 @@ class RunDriver:
             resume=self.resume,
             log_batches=self.log_batches,
         )
+        stages.report("learner", f"starting {cfg.learner.ranks} learner rank(s)")
         self.learners = LearnerGroup.start(
             spec, learner_bus, world=cfg.learner.ranks, ray_address=self.ray_address
         )
@@ -142,11 +158,12 @@ class RunDriver:
         self.ctrl = self.bus.subscribe("control", "driver", "driver-0")
         self.timeline = Timeline(self.bus.subscribe("spans", "driver", "driver-0"), self.files)
         self.timeline.check_alive = self.learners.check_alive
-        self.side: RolloutSide | None = None
+        self.parts: RolloutParts | None = None
         self.peak_flops = self._peak_flops()
         finished = False
         try:
-            self.side = rollout_side(
+            stages.report("engine", f"starting the inference engine ({cfg.rollout.engine.value})")
+            self.parts = build_rollout_parts(
                 cfg,
                 self.files,
                 student=student,
@@ -158,8 +175,8 @@ class RunDriver:
             self.learners.wait_ready(self.timeline.sub)
             if asynchronous:
                 fully = cfg.schedule is Schedule.FULLY_ASYNC
-                self.stale = StalePolicy(
-                    self.ctrl, self.side.engine, fully=fully, check_alive=self.learners.check_alive
+                self.stale = AsyncSchedule(
+                    self.ctrl, self.parts.engine, fully=fully, check_alive=self.learners.check_alive
                 )
             for k in range(version, cfg.updates):
                 if self.files.cancel_requested:
@@ -176,10 +193,10 @@ class RunDriver:
         finally:
             if self.stale is not None:
                 self.stale.close()
-            if self.side is not None:
-                for line in self.side.report():
+            if self.parts is not None:
+                for line in self.parts.report():
                     self.files.write_log(line)
-                self.side.close()
+                self.parts.close()
             self.learners.stop(finished=finished)
             remove_run_segments(self.run_id)  # what a killed learner left in shared memory
             sweep_orphans()  # and what killed runs before this one left
@@ -201,25 +218,30 @@ class RunDriver:
         self.files.write_log(f"mfu: peak {peak:.3g} FLOP/s measured on this machine (fp32 matmul)")
         return peak
 
-    def _update(self, k: int, pool: list[Any]) -> None:
-        cfg, side = self.cfg, self.side
-        assert side is not None
+    def _update(self, k: int, pool: list[TaskRef]) -> None:
+        cfg, parts = self.cfg, self.parts
+        assert parts is not None
         t0 = time.time()
         plans = plan_update(cfg, pool, k, on_ray=self.ray_address is not None)
         groups = sorted({p.group_id for p in plans})
-        size = cfg.rollout.group_size if cfg.objective is Objective.GRPO else 1
-        for g in groups:
-            self.bus.publish(GroupRegistered(run_id=self.run_id, update=k, group_id=g, size=size))
+        grpo = cfg.objective is Objective.GRPO
+        if not grpo:  # a GRPO group registers with its first source: its prompt is known then
+            for g in groups:
+                self.bus.publish(TrajectoryRegistered(run_id=self.run_id, update=k, traj_id=g))
         emitter: SourceEmitter = EMITTERS[cfg.objective](
             bus=self.bus,
             run_id=self.run_id,
             update=k,
-            policy_version=lambda: side.engine.version,
+            policy_version=lambda: parts.engine.version,
             plans={p.traj_id: p for p in plans},
             files=self.files,
+            group_size=cfg.rollout.group_size if grpo else 1,
             after_publish=self._after_publish,
         )
-        asyncio.run(run_trajectories(self, k, plans, emitter))
+        ctx = RolloutContext(cfg, parts, self.bus, self.run_id, self.faults, self.files.write_log)
+        stages.report("rollouts", f"update {k}: rollouts", k + 1, cfg.updates)
+        asyncio.run(run_trajectories(ctx, k, plans, emitter))
+        stages.report("learner", f"update {k}: learner step", k + 1, cfg.updates)
         tally = emitter.tally
         r_end = tally.last_ready or time.time()
         self.bus.publish(
@@ -232,25 +254,34 @@ class RunDriver:
         stats = self.timeline.barrier(k)
         self._write_metrics(k, UpdateTimes(t0, r_end, time.time()), tally, stats, pub.version)
 
-    def _after_publish(self, ev: Any, sources: int) -> None:
-        for copy in self.faults.copies(ev):
-            self.bus.publish(copy)
-        assert self.side is not None
+    def _after_publish(self, events: list[SourceReady], sources: int) -> None:
+        for ev in events:
+            for copy in self.faults.copies(ev):
+                self.bus.publish(copy)
+        assert self.parts is not None
         self.faults.after_source(
-            ev.update, sources, kill_teacher=self._kill_teacher, kill_learner=self.learners.kill
+            events[0].update,
+            sources,
+            kill_teacher=self._kill_teacher,
+            kill_learner=self.learners.kill,
         )
 
     def _kill_teacher(self) -> None:
-        assert self.side is not None
-        self.side.kill_teacher()
+        assert self.parts is not None
+        self.parts.kill_teacher()
         self.files.write_log("fault injection: teacher server killed")
 
     def _write_metrics(
-        self, k: int, times: UpdateTimes, tally: UpdateTally, stats: Any, version: int
+        self,
+        k: int,
+        times: UpdateTimes,
+        tally: UpdateTally,
+        stats: BarrierStats | None,
+        version: int,
     ) -> None:
         rec = update_record(self.cfg, k, times, tally, stats, version, self.peak_flops)
-        if self.side is not None:
-            rec.update(self.side.acks.get(version, {}))
+        if self.parts is not None and version in self.parts.loads:
+            rec.update(self.parts.loads[version])
         self.files.write_update(rec)
         self.files.write_log(
             f"update {k}: step {rec['step_s']:.2f}s reward {rec['reward_mean']:.3f}"
@@ -260,20 +291,20 @@ class RunDriver:
 
     def _serve_published(self, version: int) -> PolicyPublished:
         """Wait for theta_{version}, load it into the engine and acknowledge it (lossless path)."""
-        assert self.side is not None
+        assert self.parts is not None
         while True:
             for d in self.ctrl.receive(timeout_s=0.5):
                 e = d.event
                 self.ctrl.ack(d)
                 if isinstance(e, PolicyPublished) and e.version == version:
                     # every replica loads it (in parallel) before any ack: all-or-nothing
-                    ack = self.side.engine.load_weights(version, e.uri)
+                    ack = self.parts.engine.load_weights(version, e.uri)
                     self.faults.at_publish(version, kill_learner=self.learners.kill)
                     for rid in replica_ids(self.cfg):
                         self.bus.publish(
                             ReplicaAcked(run_id=self.run_id, replica_id=rid, version=ack.version)
                         )
-                    self.side.acks[version] = {
+                    self.parts.loads[version] = {
                         "acked_by": replica_ids(self.cfg),
                         "load_method": ack.method,
                         "load_s": round(ack.seconds, 4),

@@ -26,7 +26,7 @@ def task_pool(cfg: RunConfig) -> list[TaskRef]:
 def _factory(ref: TaskRef, on_ray: bool = False) -> Callable[[], Any]:
     def make() -> Any:
         if on_ray:  # the environment and its sandbox live on a Ray worker
-            from thundersync.driver.ray_placement import RayEnv
+            from thundersync.cluster.ray_actors import RayEnv
 
             return RayEnv(ref.env_id, dict(ref.extras))
         import skyrl_gym

@@ -15,7 +15,6 @@ import os
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
@@ -24,26 +23,29 @@ from thundersync.bus.events import (
     Event,
     GroupClosed,
     GroupRegistered,
+    GrpoRewardReady,
+    GrpoTrajectoryReady,
     LearnerReady,
+    OpdTurnReady,
     PolicyPublished,
     ReplicaAcked,
     Role,
-    SourceKind,
-    SourceReady,
     Span,
     TrajectoryAborted,
+    TrajectoryRegistered,
 )
 from thundersync.bus.factory import BusRef, connect
 from thundersync.bus.ledger import ExactlyOnce, MemoryLedger
+from thundersync.bus.protocol import Bus
 from thundersync.config import LOSSLESS_SCHEDULES, Objective, RunConfig, Schedule
-from thundersync.driver.learner_stats import UpdateState
-from thundersync.driver.publish import PolicyWriter
-from thundersync.driver.work_items import owner_rank, to_work_items
 from thundersync.learner.sources import GrpoGroupSpec, OpdClose
 from thundersync.rundir import RunFiles
+from thundersync.worker.learner_stats import UpdateState
+from thundersync.worker.policy_writer import PolicyWriter
+from thundersync.worker.work_items import owner_key, owner_rank, to_work_item
 
 # a learner's torch threads: fp32 matmul results depend on the thread count, so a replay
-# (`driver.replay.replay_gap`) must use the same one to reproduce the run bit for bit
+# (`driver.replay_gap.replay_gap`) must use the same one to reproduce the run bit for bit
 LEARNER_THREADS = 1
 
 
@@ -68,11 +70,11 @@ class LearnerSpec:
 
 
 class LearnerLoop:
-    def __init__(self, spec: LearnerSpec, bus: Any) -> None:
+    def __init__(self, spec: LearnerSpec, bus: Bus) -> None:
+        from thundersync.hf_models import load_model
         from thundersync.learner.checkpoint import load_checkpoint
         from thundersync.learner.device import DTYPES, resolve_device
         from thundersync.learner.trainer import Learner
-        from thundersync.models import load_model
 
         self.spec = spec
         self.files = RunFiles(spec.run_dir)
@@ -140,35 +142,31 @@ class LearnerLoop:
 
     def _handle(self, ev: Event) -> None:
         st, eng = self.state, self.state.engine
-        gid = getattr(ev, "group_id", None)
-        if gid is not None and owner_rank(gid, self.spec.world) != self.spec.rank:
+        key = owner_key(ev)
+        if key is not None and owner_rank(key, self.spec.world) != self.spec.rank:
             return  # another rank's group: it contributes through the all-reduce
-        if isinstance(ev, GroupRegistered):
-            if self.cfg.objective is Objective.OPD:
-                eng.register_trajectory(ev.group_id)
-            else:
-                st.sizes[ev.group_id] = ev.size
-        elif isinstance(ev, SourceReady):
-            st.received(ev, self.learner.version, log=self.spec.log_batches)
-            if ev.kind is not SourceKind.OPD_TURN and ev.group_id not in eng.group_specs:
-                prompt = tuple(ev.token_ids[: ev.prompt_len])
-                eng.register_group(GrpoGroupSpec(ev.group_id, prompt, st.sizes[ev.group_id]))
-            for item in to_work_items(ev):
+        match ev:
+            case TrajectoryRegistered():
+                eng.register_trajectory(ev.traj_id)
+            case GroupRegistered():
+                st.registered(ev, log=self.spec.log_batches)
+                eng.register_group(GrpoGroupSpec(ev.group_id, tuple(ev.prompt_ids), ev.size))
+            case GrpoRewardReady() | GrpoTrajectoryReady() | OpdTurnReady():
+                st.received(ev, self.learner.version, log=self.spec.log_batches)
+                item = to_work_item(ev)
                 st.ready[item.source_id] = ev.ready_at
                 eng.submit(item, ev.ready_at)
-            self._drain(ev.update)
-        elif isinstance(ev, GroupClosed) and self.cfg.objective is Objective.OPD:
-            close = OpdClose(f"{ev.group_id}/close", ev.group_id, ev.sources)
-            st.ready[close.source_id] = ev.emitted_at  # the trajectory finished then
-            eng.submit(close, ev.emitted_at)
-            self._drain(ev.update)
-        elif isinstance(ev, TrajectoryAborted):
-            st.aborted.add(ev.traj_id)
-            eng.abort(ev.traj_id if self.cfg.objective is Objective.OPD else ev.group_id)
-            if self.cfg.objective is Objective.GRPO:
-                st.sizes.pop(ev.group_id, None)
-        elif isinstance(ev, BatchClosed):
-            self._barrier(ev)
+                self._drain(ev.update)
+            case GroupClosed() if self.cfg.objective is Objective.OPD:
+                close = OpdClose(f"{ev.group_id}/close", ev.group_id, ev.sources)
+                st.ready[close.source_id] = ev.emitted_at  # the trajectory finished then
+                eng.submit(close, ev.emitted_at)
+                self._drain(ev.update)
+            case TrajectoryAborted():
+                st.aborted.add(ev.traj_id)
+                eng.abort(ev.traj_id if self.cfg.objective is Objective.OPD else ev.group_id)
+            case BatchClosed():
+                self._barrier(ev)
 
     def _drain(self, update: int) -> None:
         st = self.state
@@ -218,6 +216,7 @@ class LearnerLoop:
                 start=t0,
                 end=t1,
                 n_params=self.n_params,
+                distill_ctx=self.learner.ctx if self.cfg.objective is Objective.OPD else None,
             )
         )
         self.state = self._open()
@@ -247,7 +246,7 @@ class LearnerLoop:
         return version
 
 
-def learner_main(spec: LearnerSpec, bus: Any | BusRef) -> None:
+def learner_main(spec: LearnerSpec, bus: Bus | BusRef) -> None:
     """Entry point of the learner process."""
     if spec.parent_pid is not None:
         from thundersync.lifecycle import die_with_parent

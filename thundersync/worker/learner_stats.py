@@ -6,19 +6,21 @@ import resource
 import time
 from dataclasses import dataclass, field
 
-from thundersync.bus.events import BarrierStats, SourceReady
+import torch
+
+from thundersync.bus.events import BarrierStats, GroupRegistered, SourceReady
 from thundersync.learner.barrier import StepStats
 from thundersync.learner.engine import GradientEngine
+from thundersync.learner.parallel import ParallelContext
 
 
 @dataclass
 class UpdateState:
     engine: GradientEngine
-    sizes: dict[str, int] = field(default_factory=dict)
     busy_s: float = 0.0
     latencies: list[float] = field(default_factory=list)
     bus_latencies: list[float] = field(default_factory=list)
-    logged: list[SourceReady] = field(default_factory=list)
+    logged: list[GroupRegistered | SourceReady] = field(default_factory=list)
     ready: dict[str, float] = field(default_factory=dict)
     aborted: set[str] = field(default_factory=set)
     max_staleness: int = 0
@@ -29,9 +31,18 @@ class UpdateState:
         if log:
             self.logged.append(ev)
 
+    def registered(self, ev: GroupRegistered, *, log: bool) -> None:
+        if log:  # the replay takes each group's prompt and size from here
+            self.logged.append(ev)
+
     def kept_log(self) -> list[str]:
-        """The batch log: every source received, but those of aborted trajectories."""
-        return [e.model_dump_json() for e in self.logged if e.traj_id not in self.aborted]
+        """The batch log: every group registration and source received, but the sources of
+        aborted trajectories."""
+        return [
+            e.model_dump_json()
+            for e in self.logged
+            if isinstance(e, GroupRegistered) or e.traj_id not in self.aborted
+        ]
 
     def barrier_stats(
         self,
@@ -43,8 +54,12 @@ class UpdateState:
         start: float,
         end: float,
         n_params: int,
+        distill_ctx: ParallelContext | None = None,
     ) -> BarrierStats:
+        """`distill_ctx`: an OPD run's ranks (every rank calls this: the KL sums are
+        all-reduced); None for GRPO."""
         c = self.engine.counters
+        kl, loss, n = distill_totals(self.engine, distill_ctx)
         return BarrierStats(
             run_id=run_id,
             update=update,
@@ -67,7 +82,21 @@ class UpdateState:
             logprob_mismatch_mean=self.engine.mismatch.mean,
             logprob_mismatch_max=self.engine.mismatch.max,
             logprob_tokens=self.engine.mismatch.tokens,
+            kl_mean=kl / n if n else 0.0,
+            distill_loss=loss / n if n else 0.0,
+            scored_tokens=n,
         )
+
+
+def distill_totals(engine: GradientEngine, ctx: ParallelContext | None) -> tuple[float, float, int]:
+    """(KL sum, surrogate loss sum, scored tokens) of the update over all ranks: a separate
+    float64 all-reduce after the step, so the step's own reduce is untouched."""
+    if ctx is None:
+        return 0.0, 0.0, 0
+    d = engine.opd.stats
+    sums = torch.tensor([d.kl_sum, d.loss_sum, float(d.tokens)], dtype=torch.float64)
+    ctx.all_reduce_sum(sums)
+    return float(sums[0]), float(sums[1]), int(sums[2])
 
 
 def _p99(xs: list[float]) -> float:

@@ -1,14 +1,25 @@
-"""Bus payloads -> learner work items, and which learner rank owns a group.
+"""Bus sources -> learner work items, and which learner rank owns a group.
 
-The only place that reads a `SourceReady` payload's layout (`bus.events`): a GRPO trajectory
-carries `[prompt; continuation]` and its group index, an OPD turn its new segment and offset.
+The only place that reads a source event's payload (`bus.events`): a GRPO reward becomes a
+`GrpoReward`, a GRPO trajectory's continuation a `GrpoContent`, an OPD turn (its new segment and
+offset) an `OpdTurn`. Each source is one work item, applied in the order it arrives.
 """
 
 from __future__ import annotations
 
 import zlib
 
-from thundersync.bus.events import SourceKind, SourceReady
+from thundersync.bus.events import (
+    Event,
+    GroupClosed,
+    GroupRegistered,
+    GrpoRewardReady,
+    GrpoTrajectoryReady,
+    OpdTurnReady,
+    SourceReady,
+    TrajectoryAborted,
+    TrajectoryRegistered,
+)
 from thundersync.learner.sources import GrpoContent, GrpoReward, OpdTurn, WorkItem
 
 
@@ -17,12 +28,39 @@ def owner_rank(group_id: str, world: int) -> int:
     return zlib.crc32(group_id.encode()) % world
 
 
-def to_work_items(ev: SourceReady) -> list[WorkItem]:
-    if ev.kind is SourceKind.OPD_TURN:
-        tlp = ev.teacher_logprobs or []
-        scored = [lp for lp, m in zip(tlp, ev.action_mask, strict=True) if m]
-        return [
-            OpdTurn(
+def owner_key(ev: Event) -> str | None:
+    """The group (OPD: the trajectory) an event belongs to; None: an event for every rank."""
+    match ev:
+        case TrajectoryRegistered():
+            return ev.traj_id
+        case (
+            GroupRegistered()
+            | GrpoRewardReady()
+            | GrpoTrajectoryReady()
+            | OpdTurnReady()
+            | GroupClosed()
+            | TrajectoryAborted()
+        ):
+            return ev.group_id
+    return None
+
+
+def to_work_item(ev: SourceReady) -> WorkItem:
+    match ev:
+        case GrpoRewardReady():
+            return GrpoReward(ev.source_id, ev.group_id, ev.index, float(ev.reward))
+        case GrpoTrajectoryReady():
+            return GrpoContent(
+                ev.source_id,
+                ev.group_id,
+                ev.index,
+                tuple(ev.token_ids),
+                tuple(ev.action_mask),
+                rollout_logprobs=_opt(ev.rollout_logprobs),
+            )
+        case OpdTurnReady():
+            scored = [lp for lp, m in zip(ev.teacher_logprobs, ev.action_mask, strict=True) if m]
+            return OpdTurn(
                 ev.source_id,
                 ev.traj_id,
                 ev.turn,
@@ -32,23 +70,6 @@ def to_work_items(ev: SourceReady) -> list[WorkItem]:
                 start=ev.offset,
                 rollout_logprobs=_opt(ev.rollout_logprobs),
             )
-        ]
-    p = ev.prompt_len
-    index = ev.index
-    assert index is not None and ev.reward is not None  # SourceReady validates grpo payloads
-    # the reward first: bound before its content is applied, H_i goes straight into G1 and G2
-    # (content first would hold a full-size copy of H_i until the reward's turn in the queue)
-    return [
-        GrpoReward(ev.source_id + "/reward", ev.group_id, index, float(ev.reward)),
-        GrpoContent(
-            ev.source_id,
-            ev.group_id,
-            index,
-            tuple(ev.token_ids[p:]),
-            tuple(ev.action_mask[p:]),
-            rollout_logprobs=_opt(ev.rollout_logprobs),
-        ),
-    ]
 
 
 def _opt(xs: list[float] | None) -> tuple[float, ...] | None:

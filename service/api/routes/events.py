@@ -3,7 +3,8 @@
 The stream polls the database (the launcher's ingest is the single writer), so any number of
 service processes can serve pages for the same run. Events:
 `run` (RunPublic), `updates` (list of UpdatePublic), `spans` ({t0, data: [SpanPublic]}),
-`log` ({text, next_offset}), and a final `end` once the run is finished and fully sent.
+`log` ({text, next_offset, partial}: the per-update log, or the rendered output with
+`log_source=output`), and a final `end` once the run is finished and fully sent.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from thundersync.rundir import FINAL_STATUSES, RunFiles
 from thundersync.service import crud
 from thundersync.service.api.deps import OwnedRun
-from thundersync.service.api.routes.runs import read_log_chunk
-from thundersync.service.models import Run
+from thundersync.service.logs import LOG_SOURCES, LogSource, read_run_log
 from thundersync.service.schemas import SpanPublic, UpdatePublic
+from thundersync.service.tables import Run
 
 router = APIRouter(prefix="/runs", tags=["events"])
 
@@ -36,7 +37,12 @@ def sse(event: str, data: Any) -> bytes:
 
 
 def _snapshot(
-    factory: sessionmaker[Session], run_id: Any, after_update: int, after_span: int, log_at: int
+    factory: sessionmaker[Session],
+    run_id: Any,
+    after_update: int,
+    after_span: int,
+    log_at: int,
+    log_source: LogSource,
 ) -> tuple[dict[str, Any] | None, list[dict[str, Any]], dict[str, Any], dict[str, Any]]:
     with factory() as session:
         run = session.get(Run, run_id)
@@ -57,7 +63,7 @@ def _snapshot(
             limit=SPANS_PER_EVENT,
         )
         t0 = crud.timeline_origin(session=session, run_id=run_id) if spans else None
-        log = read_log_chunk(RunFiles(run.run_dir).output_log, log_at, 65536)
+        log = read_run_log(RunFiles(run.run_dir), log_source, log_at, 65536)
         return (
             public,
             [UpdatePublic.model_validate(u).model_dump(mode="json") for u in updates],
@@ -80,6 +86,7 @@ async def run_events(
     after_update: Annotated[int, Query(ge=-1, le=2**31 - 1)] = -1,
     after_span: Annotated[int, Query(ge=0, le=2**62)] = 0,
     log_offset: Annotated[int, Query(ge=0, le=1 << 40)] = 0,
+    log_source: Annotated[LogSource, Query(description=LOG_SOURCES)] = "log",
 ) -> StreamingResponse:
     """Live view of one run until it finishes (then `end`). Resume with the after_* cursors."""
     factory = request.app.state.session_factory
@@ -89,10 +96,11 @@ async def run_events(
     async def stream() -> AsyncIterator[bytes]:
         nonlocal after_update, after_span, log_offset
         last_run: dict[str, Any] | None = None
+        last_partial = ""
         last_sent = time.monotonic()
         while True:
             public, updates, spans, log = await anyio.to_thread.run_sync(
-                _snapshot, factory, run_id, after_update, after_span, log_offset
+                _snapshot, factory, run_id, after_update, after_span, log_offset, log_source
             )
             if public is None:
                 yield sse("end", {"reason": "run deleted"})
@@ -107,9 +115,10 @@ async def run_events(
             if spans["data"]:
                 after_span = spans["data"][-1]["id"]
                 out.append(sse("spans", spans))
-            if log["text"]:
-                log_offset = log["next_offset"]
-                out.append(sse("log", {"text": log["text"], "next_offset": log_offset}))
+            if log["text"] or log["partial"] != last_partial:
+                log_offset, last_partial = log["next_offset"], log["partial"]
+                keys = ("text", "next_offset", "partial")
+                out.append(sse("log", {k: log[k] for k in keys}))
             for chunk in out:
                 yield chunk
             if out:

@@ -16,7 +16,6 @@ from thundersync.service import crud
 from thundersync.service.api.deps import CurrentToken, Limit, SessionDep, SettingsDep, Skip
 from thundersync.service.api.routes.task_sets import check_admin_fields
 from thundersync.service.artifacts import model_files_dir
-from thundersync.service.models import ArtifactOrigin, ModelArtifact, Token
 from thundersync.service.schemas import ErrorDetail, Message
 from thundersync.service.schemas_artifacts import (
     ModelCreate,
@@ -24,6 +23,7 @@ from thundersync.service.schemas_artifacts import (
     ModelsPublic,
     UploadedFile,
 )
+from thundersync.service.tables import ArtifactOrigin, ModelArtifact, Token
 from thundersync.service.uploads import UPLOAD_OPENAPI, UPLOAD_RESPONSES, save_upload
 
 router = APIRouter(prefix="/models", tags=["models"])

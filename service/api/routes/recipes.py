@@ -17,9 +17,9 @@ from thundersync.config import RECIPES_DIR, ConfigError, load_run_config, parse_
 from thundersync.service import crud_recipes
 from thundersync.service.api.deps import CurrentToken, Limit, SessionDep, Skip
 from thundersync.service.errors import field_error
-from thundersync.service.models import RecipeArtifact, Token
 from thundersync.service.schemas import ErrorDetail, Message
 from thundersync.service.schemas_artifacts import RecipeCreate, RecipePublic, RecipesPublic
+from thundersync.service.tables import RecipeArtifact, Token
 
 router = APIRouter(prefix="/recipes", tags=["recipes"])
 

@@ -3,8 +3,7 @@ read logs, compare with a sync run of the same recipe."""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Request, status
 
@@ -20,10 +19,11 @@ from thundersync.service.api.deps import (
     Skip,
     TextFilter,
 )
+from thundersync.service.api.routes.dashboard import builtin_recipes
 from thundersync.service.api.routes.recipes import recipe_data
 from thundersync.service.artifacts import ArtifactError, resolve_run_artifacts
 from thundersync.service.errors import field_error
-from thundersync.service.models import Token
+from thundersync.service.logs import LOG_SOURCES, LogSource, read_run_log
 from thundersync.service.schemas import (
     ErrorDetail,
     LogChunk,
@@ -34,6 +34,7 @@ from thundersync.service.schemas import (
     Speedup,
     TimeToTarget,
 )
+from thundersync.service.tables import Token
 
 router = APIRouter(prefix="/runs", tags=["runs"])
 
@@ -61,6 +62,8 @@ def resolve_config(run_in: RunCreate, session: SessionDep, token: Token) -> Any:
             mine = crud_recipes.get_recipe_by_name(
                 session=session, owner_id=token.id, name=run_in.recipe
             )
+        if run_in.recipe is not None and mine is None and run_in.recipe not in builtin_recipes():
+            raise config_error(recipe_not_found(run_in.recipe, session, token), ["recipe"])
         if mine is not None:  # its fields, then `config` on top, as for a shipped recipe
             data = {**recipe_data(mine.text, mine.name), **(run_in.config or {})}
             return load_run_config(None, overrides, data=data)
@@ -72,6 +75,17 @@ def resolve_config(run_in: RunCreate, session: SessionDep, token: Token) -> Any:
         raise config_error(
             f"config: {err}; check the field types against `tsrl config schema`", ["config"]
         ) from None
+
+
+def recipe_not_found(name: str, session: SessionDep, token: Token) -> str:
+    """What the service takes by name (the CLI's message also offers .yaml paths; not here)."""
+    rows, _ = crud_recipes.list_recipes(session=session, token=token, skip=0, limit=50)
+    yours = ", ".join(r.name for r in rows) or "none yet"
+    return (
+        f"recipe {name!r} not found: use one of the built-in recipes "
+        f"({', '.join(builtin_recipes())}) or one you uploaded (POST /api/v1/recipes; yours: "
+        f"{yours})"
+    )
 
 
 def quota_exceeded(active: int, limit: int) -> HTTPException:
@@ -199,31 +213,11 @@ def read_logs(
     run: OwnedRun,
     offset: Annotated[int, Query(ge=0, le=1 << 40, description="byte offset to read from")] = 0,
     limit: Annotated[int, Query(ge=1, le=MAX_LOG_CHUNK)] = 65536,
-    source: Annotated[
-        Literal["output", "log"],
-        Query(description="output: the driver's captured stdout/stderr; log: DIR/log.txt"),
-    ] = "output",
+    source: Annotated[LogSource, Query(description=LOG_SOURCES)] = "log",
 ) -> LogChunk:
-    files = RunFiles(run.run_dir)
-    return read_log_chunk(files.output_log if source == "output" else files.log, offset, limit)
-
-
-def read_log_chunk(path: Path, offset: int, limit: int) -> LogChunk:
-    try:
-        with path.open("rb") as f:
-            f.seek(0, 2)
-            size = f.tell()
-            start = min(offset, size)
-            f.seek(start)
-            data = f.read(limit)
-    except FileNotFoundError:
-        return LogChunk(text="", offset=offset, next_offset=offset, size=0)
-    return LogChunk(
-        text=data.decode("utf-8", errors="replace"),
-        offset=start,
-        next_offset=start + len(data),
-        size=size,
-    )
+    """A chunk of the per-update log (default) or of the driver's output, rendered as a terminal
+    shows it (progress bars in their last state); resume from `next_offset`."""
+    return read_run_log(RunFiles(run.run_dir), source, offset, limit)
 
 
 @router.get("/{run_id}/speedup", response_model=Speedup)
@@ -237,9 +231,15 @@ def read_time_to_target(
     session: SessionDep,
     run: OwnedRun,
     target: Annotated[
-        float, Query(allow_inf_nan=False, description="the mean reward to reach (finite)")
+        float,
+        Query(
+            allow_inf_nan=False,
+            description="GRPO: the mean reward to reach; OPD: the mean token KL to the teacher "
+            "to get down to (finite)",
+        ),
     ] = 0.5,
 ) -> TimeToTarget:
-    """Wall time until an update's mean reward reaches `target`, for this run and the newest
-    sync run of the same recipe, with both reward-vs-wall-time curves."""
+    """Wall time until an update reaches `target` on the objective's metric (mean reward >=
+    target; OPD: kl_mean <= target), for this run and the newest sync run of the same recipe,
+    with both metric-vs-wall-time curves."""
     return crud.time_to_target(session=session, run=run, target=target)

@@ -16,7 +16,6 @@ from fastapi import APIRouter, HTTPException, Query, Request, status
 from thundersync.service import crud
 from thundersync.service.api.deps import CurrentToken, Limit, SessionDep, SettingsDep, Skip
 from thundersync.service.artifacts import task_set_files_dir
-from thundersync.service.models import ArtifactOrigin, TaskSet, Token
 from thundersync.service.schemas import ErrorDetail, Message
 from thundersync.service.schemas_artifacts import (
     TaskSetCreate,
@@ -26,6 +25,7 @@ from thundersync.service.schemas_artifacts import (
     TaskSetUpdate,
     UploadedFile,
 )
+from thundersync.service.tables import ArtifactOrigin, TaskSet, Token
 from thundersync.service.uploads import UPLOAD_OPENAPI, UPLOAD_RESPONSES, save_upload
 
 router = APIRouter(prefix="/task-sets", tags=["task-sets"])

@@ -12,8 +12,8 @@ from fastapi import APIRouter, HTTPException, Path, status
 
 from thundersync.service import crud
 from thundersync.service.api.deps import AdminToken, CurrentToken, Limit, SessionDep, Skip
-from thundersync.service.models import Token
 from thundersync.service.schemas import TokenCreate, TokenCreated, TokenPublic, TokensPublic
+from thundersync.service.tables import Token
 
 router = APIRouter(prefix="/tokens", tags=["tokens"])
 log = logging.getLogger("tsrl.service")

@@ -1,5 +1,6 @@
-// ThunderSync dashboard: runs list and a live run page (SSE over fetch, so the token travels in the
-// Authorization header and never in a URL). Charts use the vendored Chart.js.
+// ThunderSync dashboard: the token, the API helper, routing and the live run page (SSE over fetch,
+// so the token travels in the Authorization header and never in a URL). The runs list, the submit
+// form and the comparison view are in runs.js, submit.js and compare.js. Charts: vendored Chart.js.
 "use strict";
 
 const API = "/api/v1";
@@ -8,6 +9,11 @@ const LANE_COLORS = { rollout: "#4dabf7", tool: "#ffa94d", teacher: "#b197fc", l
 const TIMELINE_UPDATES = 3;
 const MAX_BARS = 3000;
 const $ = (id) => document.getElementById(id);
+function el(tag, props = {}, ...children) {
+  const e = Object.assign(document.createElement(tag), props);
+  e.append(...children);
+  return e;
+}
 
 // --- token ---------------------------------------------------------------------------------------
 function takeTokenFromUrl() {
@@ -17,7 +23,9 @@ function takeTokenFromUrl() {
   const t = hash.get("token") || query.get("token");
   if (t) {
     localStorage.setItem("tsrl_token", t);
-    history.replaceState(null, "", location.pathname + "#/");
+    // keep a run's route (`/?token=...#/runs/ID`, the link `make run` prints)
+    const keep = location.hash.startsWith("#/runs/") ? location.hash : "#/";
+    history.replaceState(null, "", location.pathname + keep);
   }
 }
 const token = () => localStorage.getItem("tsrl_token");
@@ -30,13 +38,15 @@ async function api(path, opts = {}) {
   const body = res.headers.get("content-type")?.includes("json") ? await res.json() : null;
   if (!res.ok) {
     const d = body?.detail;
-    throw new Error(Array.isArray(d) ? d.map((e) => e.msg).join("; ") : (d || res.statusText));
+    const err = new Error(Array.isArray(d) ? d.map((e) => e.msg).join("; ") : (d || res.statusText));
+    err.status = res.status; err.detail = d;  // a 422's detail names the fields (submit.js)
+    throw err;
   }
   return body;
 }
 
 function show(section) {
-  for (const id of ["login", "runs-view", "run-view"]) $(id).hidden = id !== section;
+  for (const id of ["login", "runs-view", "submit-view", "compare-view", "run-view"]) $(id).hidden = id !== section;
 }
 function showLogin(msg) {
   stopStream(); show("login"); $("login-error").textContent = msg || ""; $("signout").hidden = true;
@@ -49,45 +59,18 @@ const fmtNum = (v) => (v == null ? "–" : Math.abs(v) >= 100 ? v.toFixed(0) : v
 const fmtTime = (iso) => (iso ? new Date(iso).toLocaleString() : "");
 function badge(el, status) { el.textContent = status; el.className = "badge " + status; }
 
-// --- runs list --------------------------------------------------------------------------------------
-let listTimer = null;
-async function renderRuns() {
-  show("runs-view");
-  const load = async () => {
-    const runs = await api("/runs?limit=100");
-    const tbody = $("runs-table").querySelector("tbody");
-    tbody.replaceChildren(...runs.data.map((r) => {
-      const tr = document.createElement("tr");
-      tr.className = "run-row"; tr.dataset.id = r.id;
-      const cells = [r.name, r.recipe || "(config)", r.schedule, null, `${r.updates_done}/${r.updates_total}`, fmtTime(r.created_at)];
-      cells.forEach((c, i) => {
-        const td = document.createElement("td");
-        if (i === 3) { const b = document.createElement("span"); badge(b, r.status); td.append(b); } else td.textContent = c;
-        tr.append(td);
-      });
-      tr.onclick = () => { location.hash = "#/runs/" + r.id; };
-      return tr;
-    }));
-    $("runs-empty").hidden = runs.count > 0;
-  };
-  await load();
-  listTimer = setInterval(() => load().catch(() => {}), 2000);
-}
-
-$("new-run-form").addEventListener("submit", async (ev) => {
-  ev.preventDefault();
-  $("new-run-error").textContent = "";
-  try {
-    const overrides = $("new-overrides").value.trim() ? JSON.parse($("new-overrides").value) : {};
-    const run = await api("/runs", { method: "POST", body: JSON.stringify({ recipe: $("new-recipe").value, overrides }) });
-    location.hash = "#/runs/" + run.id;
-  } catch (e) { $("new-run-error").textContent = String(e.message || e); }
-});
-
 // --- run page ----------------------------------------------------------------------------------------
 let charts = {};
 let stream = null;
+let listTimer = null;  // the runs list's refresh (runs.js)
 let state = null;
+// an update's step time and its parts (seconds; metrics.jsonl names, see docs/CONTRACTS.md)
+const STEP_PARTS = [
+  ["step_s", "step", "#3b5bdb"],
+  ["rollout_s", "rollout (to the last close)", "#2b8a3e"],
+  ["learner_busy_s", "learner busy", "#e8590c"],
+  ["barrier_s", "barrier (reduce + step + publish)", "#862e9c"],
+];
 
 function lineChart(canvas, label, color, extra = {}) {
   return new Chart(canvas, {
@@ -108,8 +91,14 @@ function makeCharts() {
         plugins: { legend: { position: "bottom" }, tooltip: { callbacks: { label: (c) => `${c.raw.kind || c.dataset.label} u${c.raw.update}: ${c.raw.x[0].toFixed(3)}–${c.raw.x[1].toFixed(3)} s` } } },
         scales: { x: { type: "linear", title: { display: true, text: "seconds" } } } },
     }),
-    step: lineChart($("step-chart"), "step time (s)", "#3b5bdb", {}),
+    step: new Chart($("step-chart"), {
+      type: "line",
+      data: { labels: [], datasets: STEP_PARTS.map(([, label, color]) => ({ label, data: [], borderColor: color, backgroundColor: color, pointRadius: 2, tension: 0.2 })) },
+      options: { animation: false, maintainAspectRatio: false, plugins: { legend: { position: "bottom" } },
+        scales: { x: { title: { display: true, text: "update" } }, y: { min: 0, title: { display: true, text: "seconds" } } } },
+    }),
     reward: lineChart($("reward-chart"), "mean reward", "#2b8a3e"),
+    kl: lineChart($("kl-chart"), "mean token KL to the teacher", "#5f3dc4"),
     idle: lineChart($("idle-chart"), "idle share", "#e8590c", { scales: { y: { min: 0, max: 1 } } }),
     mfu: lineChart($("mfu-chart"), "MFU", "#862e9c"),
     ttt: new Chart($("ttt-chart"), {
@@ -135,7 +124,8 @@ async function renderRun(id) {
   state = { id, updates: [], spans: [], t0: null, cursor: { update: -1, span: 0, log: 0 }, status: null };
   $("run-logs").textContent = ""; $("updates-done").textContent = "0";
   makeCharts();
-  $("ttt-target").onchange = refreshTimeToTarget;
+  $("ttt-target").onchange = (ev) => { ev.target.dataset.user = "1"; refreshTimeToTarget(); };
+  Object.assign($("ttt-target"), { value: "0.5", step: "0.05" }); delete $("ttt-target").dataset.user;
   const run = await api("/runs/" + id);
   applyRun(run);
   $("run-config").textContent = JSON.stringify(run.config, null, 2);
@@ -160,16 +150,36 @@ function applyUpdates(rows) {
   const u = state.updates;
   const labels = u.map((r) => r.update);
   const set = (chart, values) => { chart.data.labels = labels; chart.data.datasets[0].data = values; chart.update("none"); };
-  set(charts.step, u.map((r) => r.step_s));
+  charts.step.data.labels = labels;
+  STEP_PARTS.forEach(([key], i) => { charts.step.data.datasets[i].data = u.map((r) => r[key]); });
+  charts.step.update("none");
   set(charts.reward, u.map((r) => r.reward_mean));
+  applyKl(u);
   set(charts.idle, u.map((r) => r.idle_share));
   set(charts.mfu, u.map((r) => r.mfu));
   const last = u[u.length - 1];
   $("mean-step").textContent = fmtS(u.reduce((a, r) => a + r.step_s, 0) / u.length);
+  $("last-parts").textContent = STEP_PARTS.slice(1).map(([key]) => fmtS(last[key])).join(" / ");
   $("idle-share").textContent = fmtPct(last.idle_share);
   $("mfu").textContent = fmtPct(last.mfu);
   $("reward").textContent = fmtNum(last.reward_mean);
   refreshSpeedup();
+}
+
+// OPD: KL per update, and the time-to-target card on KL (reached at kl_mean <= target); until the
+// user sets a target, it is half the first update's KL
+function applyKl(u) {
+  const opd = u.some((r) => r.kl_mean != null);
+  $("kl-box").hidden = !opd;
+  if (!opd) return;
+  charts.kl.data.labels = u.map((r) => r.update);
+  charts.kl.data.datasets[0].data = u.map((r) => r.kl_mean);
+  charts.kl.update("none");
+  const input = $("ttt-target");
+  if (!input.dataset.user && u[0].kl_mean != null) {
+    input.value = Number((u[0].kl_mean / 2).toPrecision(2));
+    input.step = "any"; input.setAttribute("aria-label", "target mean token KL (reached at or below)");
+  }
 }
 
 async function refreshTimeToTarget() {
@@ -177,7 +187,11 @@ async function refreshTimeToTarget() {
   if (!Number.isFinite(target)) { $("ttt").textContent = "target?"; return; }
   try {
     const r = await api(`/runs/${state.id}/time-to-target?target=${target}`);
-    const pts = (c) => c.map((p) => ({ x: p.t, y: p.reward }));
+    const pts = (c) => c.map((p) => ({ x: p.t, y: p.value }));
+    const kl = r.metric === "kl_mean";
+    $("ttt-metric").textContent = kl ? "KL ≤" : "reward";
+    $("ttt-title").textContent = kl ? "KL to the teacher" : "Reward";
+    charts.ttt.options.scales.y.title.text = kl ? "mean token KL to the teacher" : "mean reward";
     const [mine, base, line] = charts.ttt.data.datasets;
     mine.data = pts(r.curve); base.data = pts(r.baseline_curve);
     const xs = [...mine.data, ...base.data].map((p) => p.x);
@@ -211,12 +225,30 @@ function applySpans(msg) {
   charts.timeline.update("none");
 }
 
+// Logs panel: the per-update log by default, the driver's output (rendered by the service: each
+// progress bar in its last state; a bar still moving comes as `partial`, shown as a status line).
 function applyLog(msg) {
   const pre = $("run-logs");
   const atBottom = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
   pre.textContent = (pre.textContent + msg.text).slice(-200000);
+  $("log-status").textContent = msg.partial || "";
+  markLogSource();
   if (atBottom) pre.scrollTop = pre.scrollHeight;
 }
+
+function showLogSource(src) {
+  if (!state || (state.logSource || "log") === src) return;
+  state.logSource = src; state.cursor.log = 0;
+  $("run-logs").textContent = ""; $("log-status").textContent = "";
+  markLogSource();
+  if (stream) { stream.abort(); stream = null; follow(state.id); }  // a finished run's stream has ended
+  else if (state.status) follow(state.id);
+}
+function markLogSource() {
+  const src = (state && state.logSource) || "log";
+  for (const s of ["log", "output"]) $("log-src-" + s).setAttribute("aria-pressed", String(s === src));
+}
+for (const s of ["log", "output"]) $("log-src-" + s).onclick = () => showLogSource(s);
 
 async function follow(id) {
   // Server-sent events read with fetch (EventSource cannot send an Authorization header).
@@ -224,7 +256,7 @@ async function follow(id) {
   stream = ctrl;
   const c = state.cursor;
   try {
-    const res = await fetch(`${API}/runs/${id}/events?after_update=${c.update}&after_span=${c.span}&log_offset=${c.log}`,
+    const res = await fetch(`${API}/runs/${id}/events?after_update=${c.update}&after_span=${c.span}&log_offset=${c.log}&log_source=${state.logSource || "log"}`,
       { headers: { Authorization: "Bearer " + token(), Accept: "text/event-stream" }, signal: ctrl.signal });
     if (res.status === 401) return showLogin("token rejected (401)");
     if (!res.ok) throw new Error(res.statusText);
@@ -267,7 +299,11 @@ async function route() {
     const me = await api("/tokens/me");
     $("whoami").textContent = `token: ${me.name} (${me.public_id})`;
     const m = location.hash.match(/^#\/runs\/([0-9a-f-]{36})/);
-    if (m) await renderRun(m[1]); else await renderRuns();
+    const cmp = location.hash.match(/^#\/compare\/([0-9a-f,-]+)/);
+    if (m) await renderRun(m[1]);
+    else if (cmp) await renderCompare(cmp[1].split(",").filter(Boolean));
+    else if (location.hash.startsWith("#/new")) await renderSubmit();
+    else await renderRuns();
   } catch (e) {
     if (String(e.message) !== "401") $("whoami").textContent = "error: " + e.message;
   }
@@ -281,4 +317,4 @@ $("login-form").addEventListener("submit", (ev) => {
 });
 $("signout").onclick = () => { localStorage.removeItem("tsrl_token"); showLogin(); };
 window.addEventListener("hashchange", route);
-route();
+document.addEventListener("DOMContentLoaded", route);  // after runs.js, submit.js and compare.js

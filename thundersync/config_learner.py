@@ -1,0 +1,124 @@
+"""The learner side's config sections: the model, the optimiser and the learner (with their
+enums). Re-exported by `thundersync.config`, where callers look."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import Field, field_validator
+
+from thundersync.config_base import _Section
+
+
+class Estimator(StrEnum):
+    GRPO = "grpo"
+    DR_GRPO = "dr_grpo"
+    RLOO = "rloo"
+
+
+class Device(StrEnum):
+    AUTO = "auto"  # cuda when torch sees a GPU, else cpu
+    CPU = "cpu"
+    CUDA = "cuda"
+
+
+class AccumDevice(StrEnum):
+    HOST = "host"  # fp32/fp64 accumulators in host memory (pinned when the learner is on CUDA)
+    DEVICE = "device"  # on the learner's device (faster, costs accelerator memory)
+
+
+class OpdTurnGraphs(StrEnum):
+    """OPD: how a turn's graph reaches the close-time propagation of its K/V adjoint."""
+
+    AUTO = "auto"  # recompute on CUDA (memory-bound), keep on CPU (compute-bound)
+    RECOMPUTE = "recompute"  # free it after the turn, re-forward it at close: memory linear in J
+    KEEP = "keep"  # keep it until close: one forward per turn, memory grows with the past
+
+
+class GroupReduction(StrEnum):
+    SUM = "sum"  # the paper: g_k = sum over groups of the group directions g_G
+    MEAN = "mean"  # g_k divided by the number of groups of the update
+
+
+class Arch(StrEnum):
+    """The family of the tiny model (`model.tiny_arch`, `tsrl model tiny --arch`)."""
+
+    LLAMA = "llama"
+    QWEN2 = "qwen2"
+    QWEN3 = "qwen3"
+
+
+class ModelConfig(_Section):
+    path: str | None = Field(
+        None, description="HF model directory, or built in: 'smollm2'; None builds the tiny model"
+    )
+    tiny_arch: Arch = Field(Arch.LLAMA, description="tiny model family: llama | qwen2 | qwen3")
+    tiny_seed: int = 0
+    tiny_hidden: int | None = Field(
+        None, ge=32, description="tiny model width; None: 64, or 128 with rollout.engine=vllm"
+    )
+    tiny_layers: int = Field(2, ge=1)
+    dtype: str = "float32"
+    lora_rank: int = Field(0, ge=0, description="0 trains all weights; >0 trains LoRA adapters")
+    lora_alpha: float = 16.0
+
+    @field_validator("dtype")
+    @classmethod
+    def _dtype(cls, v: str) -> str:
+        if v not in ("float32", "float64", "bfloat16"):
+            raise ValueError(f"unknown dtype {v!r}: use one of float32, float64, bfloat16")
+        return v
+
+
+class OptimConfig(_Section):
+    lr: float = Field(1e-3, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    beta1: float = Field(0.9, ge=0, lt=1)
+    beta2: float = Field(0.999, ge=0, lt=1)
+    eps: float = Field(1e-8, gt=0)
+    max_grad_norm: float = Field(
+        1.0, gt=0, description="global-norm clip; use a large value to disable"
+    )
+
+
+class LearnerConfig(_Section):
+    estimator: Estimator = Estimator.GRPO
+    std_eps: float = Field(1e-6, gt=0)
+    token_weighting: str = "seq_mean"
+    max_open_groups: int = Field(4, ge=1, description="admission cap per rank on groups with stats")
+    accum_dtype: str = "float32"
+    ranks: int = Field(1, ge=1)
+    device: Device = Field(Device.AUTO, description="where the learner computes")
+    accum_device: AccumDevice = Field(AccumDevice.HOST, description="where accumulators live")
+    deterministic: bool = Field(
+        False, description="torch.use_deterministic_algorithms (+ CUBLAS_WORKSPACE_CONFIG on CUDA)"
+    )
+    group_reduction: GroupReduction = Field(
+        GroupReduction.SUM, description="GRPO: sum (the paper) or mean of the group directions"
+    )
+    max_held_bytes: int | None = Field(
+        None, ge=1, description="admission by bytes held (accumulators, held grads, K/V stores)"
+    )
+    activation_checkpointing: bool = Field(
+        False, description="recompute a continuation's / turn's activations in its backward"
+    )
+    opd_turn_graphs: OpdTurnGraphs = Field(
+        OpdTurnGraphs.AUTO, description="OPD: recompute | keep each turn's graph until close"
+    )
+    logprob_chunk: int = Field(
+        1024, ge=1, description="rows of the LM head computed at once (scored positions only)"
+    )
+
+    @field_validator("token_weighting")
+    @classmethod
+    def _tw(cls, v: str) -> str:
+        if v not in ("seq_mean", "token_sum"):
+            raise ValueError(f"unknown token_weighting {v!r}: use 'seq_mean' or 'token_sum'")
+        return v
+
+    @field_validator("accum_dtype")
+    @classmethod
+    def _acc(cls, v: str) -> str:
+        if v not in ("float32", "float64"):
+            raise ValueError(f"unknown accum_dtype {v!r}: use 'float32' or 'float64'")
+        return v
