@@ -56,6 +56,15 @@ log = logging.getLogger(__name__)
 _QUOTA_DIRS = {"/tmp": "tmp", "/var/tmp": "vartmp", "/run/lock": "lock"}
 
 
+def unbounded_layer_ok() -> bool:
+    """The host's own declaration that root / image-user sessions may write an unbounded image
+    layer (`Limits.unbounded_layer` for every session); anything but unset, "0" or "1" is refused."""
+    value = os.environ.get("TSRL_SANDBOX_UNBOUNDED_LAYER", "0")
+    if value not in ("0", "1"):
+        raise SandboxError(f"TSRL_SANDBOX_UNBOUNDED_LAYER must be 0 or 1, got {value!r}")
+    return value == "1"
+
+
 class DockerSession(ContainerExec):
     """One container per session: started, prepared, reset and removed here; its execs and file
     tools are `ContainerExec`'s."""
@@ -100,12 +109,15 @@ class DockerSession(ContainerExec):
                 "the engine is not on this host (its quota filesystem is bind-mounted from here); "
                 "give Limits(disk_mb=0, inodes=0) to run without disk and inode limits"
             )
-        if self._root or self._own_user:  # overlay on ext4 refuses --storage-opt size
-            log.warning(
-                "docker sandbox %s: only the task, scratch and temp dirs have the disk quota; "
-                "what %s writes elsewhere in the image's layer is not limited on this engine",
-                self.spec.label,
-                self.spec.exec_user,
+        lim = self.spec.limits
+        if (self._root or self._own_user) and not (lim.unbounded_layer or unbounded_layer_ok()):
+            raise SandboxError(
+                f"docker sandbox {self.spec.label}: Limits.disk_mb={lim.disk_mb} cannot be enforced "
+                f"for a session as {self.spec.exec_user!r}: it writes the image's own layer, and "
+                "this engine's overlay storage has no per-container size limit; give "
+                "Limits(unbounded_layer=True) (or set TSRL_SANDBOX_UNBOUNDED_LAYER=1 for this host) "
+                "to accept an unbounded image layer (task, scratch and temp dirs keep the quota), "
+                "or Limits(disk_mb=0, inodes=0) to run without disk limits"
             )
         root = Path(tempfile.mkdtemp(prefix=f"docker-{uuid.uuid4().hex[:12]}-", dir=base))
         current_owner().write(root)  # for cleanup_orphans() after a crash of this process

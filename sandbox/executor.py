@@ -45,6 +45,11 @@ class Limits:
     # inode count (`sandbox.quota`); 0 = none (a host that cannot enforce them refuses others)
     disk_mb: int = 1024
     inodes: int = 100_000
+    # docker sessions as root or as the image's user also write the image's own layer, which
+    # podman's overlay on ext4 cannot cap: with disk_mb > 0 such a session is refused unless this
+    # accepts an unbounded layer (task, scratch and temp dirs keep their quota); the host-wide
+    # switch is TSRL_SANDBOX_UNBOUNDED_LAYER=1
+    unbounded_layer: bool = False
 
 
 @dataclass(frozen=True)

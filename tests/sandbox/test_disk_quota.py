@@ -121,3 +121,30 @@ def test_the_limits_are_per_session_settings(executor: Executor) -> None:
         assert "No space left on device" in r.stderr and 1900 < int(r.stdout) <= 2000, r
     finally:
         s.close()
+
+
+def test_a_root_docker_session_is_refused_unless_its_unbounded_image_layer_is_accepted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Root and image-user sessions write the image's own layer, which podman's overlay on ext4
+    cannot cap: refused naming the limit, unless the session or the host accepts it."""
+    from thundersync.sandbox.docker_backend import DockerExecutor
+
+    monkeypatch.setenv("TSRL_SANDBOX_UNBOUNDED_LAYER", "0")
+    ex = DockerExecutor()
+    for user in ("root", "1000:1000"):
+        with pytest.raises(
+            SandboxError, match=r"Limits.disk_mb=1024 cannot be enforced.*unbounded"
+        ):
+            ex.open(SessionSpec(exec_user=user))
+    s = ex.open(SessionSpec(exec_user="root", limits=Limits(unbounded_layer=True)))
+    try:  # the quota still holds where it can: the task dir
+        r = s.exec(f"D=.; {FILL_2GB}; whoami")
+        assert "No space left on device" in r.stderr and r.stdout.strip() == "root", r
+    finally:
+        s.close()
+    s = ex.open(SessionSpec())  # the sandbox user writes only the quota'd dirs: no refusal
+    s.close()
+    monkeypatch.setenv("TSRL_SANDBOX_UNBOUNDED_LAYER", "yes")
+    with pytest.raises(SandboxError, match="TSRL_SANDBOX_UNBOUNDED_LAYER must be 0 or 1"):
+        ex.open(SessionSpec(exec_user="root"))
