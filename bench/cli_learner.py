@@ -20,6 +20,9 @@ def equivalence(
     dtype: str = typer.Option("float32", help="learner parameters: float32 | bfloat16 | bf16"),
     arch: Arch = typer.Option(Arch.LLAMA, help="tiny model family: llama | qwen2 | qwen3"),
     device: str = typer.Option("cpu", help="where the learners run: cpu | cuda"),
+    masked: bool = typer.Option(
+        False, "--masked", help="drop failed rows mid-update (rollout.on_failure: drop)"
+    ),
     as_json: bool = typer.Option(False, "--json", help="last line: one JSON object"),
 ) -> None:
     """Replay logged batches through sync, group and stream; report parameter gaps per update."""
@@ -45,9 +48,11 @@ def equivalence(
         dtype=dt,
         arch=arch,
         device=device,
+        masked=masked,
     )
     title = (
         f"equivalence: {obj.value}, {arch.value}, {ranks} rank(s), reward offset {reward_offset}"
+        + (", masked rows" if masked else "")
     )
     table = Table(title=title)
     cols = [c for c in res["per_update"][0] if c != "update"]

@@ -6,6 +6,9 @@ arrival order reshuffled: the floating-point noise floor), and the gap to the te
 batch-synchronous loss (full [prompt; response] forwards, one backward).
 With --ranks 2 the three schedules run on 2 gloo ranks with the FSDP2 optimizer, and the 2-rank
 sync trajectory is also compared with a 1-rank sync run.
+With --masked every batch loses rows to infra failures (`rollout.on_failure: drop`, see
+`with_failures`): the schedules replay the batch with its drops, and both the textbook reference
+and a sync replay of the clean masked batch (`masked_param_gap`) see the masked batch.
 """
 
 from __future__ import annotations
@@ -70,6 +73,22 @@ def make_batches(
     ]
 
 
+def with_failures(b: LoggedBatch, rng: random.Random) -> LoggedBatch:
+    """`b` with failed rows dropped mid-update. GRPO: one member of the first group (the group
+    closes over the rest) and all but one of the second (below the minimum of 2: the group is
+    dropped whole, the survivor's applied sources removed). OPD: the second trajectory after
+    its first turns were applied (its turns removed, N_k without them)."""
+    times = sorted(t for t, _ in b.events)
+    at = times[len(times) // 2]  # mid-update: some sources of every group already applied
+    if b.objective is Objective.GRPO:
+        g0, g1 = b.groups[0], b.groups[1]
+        keep = rng.randrange(g1.size)
+        drops: list[tuple[str, int | None]] = [(g0.group_id, rng.randrange(g0.size))]
+        drops += [(g1.group_id, i) for i in range(g1.size) if i != keep]
+        return b.with_drops(drops, at)
+    return b.with_drops([(b.trajectories[1], None)], at)
+
+
 def _train(
     model_dir: Path, cfg: RunConfig, batches: list[LoggedBatch], schedule: Schedule, ctx: Any = None
 ) -> dict[str, Any]:
@@ -88,11 +107,15 @@ def _train(
     return {"params": params, "grads": grads, "dtypes": dtypes}
 
 
-def _train_reference(model_dir: Path, cfg: RunConfig, batches: list[LoggedBatch]) -> dict[str, Any]:
+def train_reference(
+    model_dir: Path, cfg: RunConfig, batches: list[LoggedBatch], dtype: torch.dtype | None = None
+) -> dict[str, Any]:
+    """The textbook trainer: full [prompt; response] forwards of the (masked) batch, one
+    backward, clip, torch's AdamW; no engine code. `dtype`: the model's (default float32)."""
     from thundersync.hf_models import load_model
     from thundersync.learner.reference import reference_loss
 
-    model = load_model(model_dir)
+    model = load_model(model_dir, dtype=dtype or torch.float32)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(
         params,
@@ -172,6 +195,7 @@ def run_equivalence(
     dtype: str = "float32",
     arch: Arch = Arch.LLAMA,
     device: str = "cpu",
+    masked: bool = False,
 ) -> dict[str, Any]:
     """`dtype` is the learner's compute dtype (bf16: fp32 master weights and moments, fp32/fp64
     accumulators); with bf16 the schedules are compared among themselves and against an fp32 sync
@@ -186,8 +210,13 @@ def run_equivalence(
         root = Path(tmp)
         student, teacher = make_models(root, Arch(arch))
         batches = make_batches(objective, updates, teacher, reward_offset, seed)
+        if masked:
+            rng = random.Random(seed + 7)
+            batches = [with_failures(b, rng) for b in batches]
+        clean = [b.masked() for b in batches] if masked else batches
         cfg1 = bench_config(objective, 1, dtype, device)
-        reference = _train_reference(student, bench_config(objective, 1), batches)
+        reference = train_reference(student, bench_config(objective, 1), clean)
+        masked_sync = _train(student, cfg1, clean, Schedule.SYNC) if masked else None
         fp32_sync = (
             _train(student, bench_config(objective, 1, device=device), batches, Schedule.SYNC)
             if dtype != "float32"
@@ -222,6 +251,8 @@ def run_equivalence(
             "grad_rel_err_group": _rel(runs["group"]["grads"][k - 1], runs["sync"]["grads"][k - 1]),
             "grad_rel_err_reference": _rel(reference["grads"][k - 1], runs["sync"]["grads"][k - 1]),
         }
+        if masked_sync is not None:
+            row["delta_masked"] = _gap(sync_k, masked_sync["params"][k], theta0)
         if one_rank_sync is not None:
             row["delta_vs_1rank"] = _gap(sync_k, one_rank_sync["params"][k], theta0)
         if fp32_sync is not None:
@@ -244,6 +275,9 @@ def run_equivalence(
         "reference_grad_rel_err": max(r["grad_rel_err_reference"] for r in per_update),
         "per_update": per_update,
     }
+    if masked_sync is not None:
+        result["masked"] = True
+        result["masked_param_gap"] = max(r["delta_masked"] for r in per_update)
     if ranks == 2:
         result["rank_param_gap"] = max(r["delta_vs_1rank"] for r in per_update)
     result["dtype"] = dtype

@@ -161,13 +161,17 @@ class GroupClosed(_Event):
 
 
 class TrajectoryAborted(_Event):
-    """A rollout failed: the learner drops what it holds for this trajectory (it is rerun)."""
+    """A rollout failed: the learner drops what it holds for this trajectory (it is rerun), or,
+    with `dropped` (`rollout.on_failure: drop`), drops the trajectory for good: a GRPO member
+    (`index`) leaves its group, an OPD trajectory the update."""
 
     type: Literal["trajectory_aborted"] = "trajectory_aborted"
     update: int = Field(ge=0)
     traj_id: str
     group_id: str
     reason: str = ""
+    dropped: bool = False
+    index: int | None = Field(None, ge=0, description="GRPO drop: the member's place in its group")
 
     def dedup_key(self) -> str:
         return f"trajectory_aborted:{self.run_id}:{self.update}:{self.traj_id}"

@@ -8,7 +8,7 @@ the same theta_0 must give the same parameters; a shuffled arrival order must to
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import nn
@@ -18,6 +18,7 @@ from thundersync.learner.barrier import StepStats
 from thundersync.learner.engine import GradientEngine
 from thundersync.learner.parallel import ParallelContext
 from thundersync.learner.sources import (
+    Dropped,
     GrpoContent,
     GrpoGroupSpec,
     GrpoReward,
@@ -33,9 +34,9 @@ class LoggedBatch:
     objective: Objective
     groups: list[GrpoGroupSpec] = field(default_factory=list)
     trajectories: list[str] = field(default_factory=list)
-    events: list[tuple[float, WorkItem]] = field(default_factory=list)
+    events: list[tuple[float, WorkItem | Dropped]] = field(default_factory=list)
 
-    def owner_index(self, item: WorkItem) -> int:
+    def owner_index(self, item: WorkItem | Dropped) -> int:
         keys = [g.group_id for g in self.groups] or self.trajectories
         return keys.index(item.key)
 
@@ -47,8 +48,59 @@ class LoggedBatch:
         ev = [(t, it) for t, (_, it) in zip(times, self.events, strict=True)]
         return LoggedBatch(self.objective, self.groups, self.trajectories, sorted(ev, key=_k))
 
+    def with_drops(self, drops: list[tuple[str, int | None]], at: float) -> LoggedBatch:
+        """This batch as a run where each (group, member) / (OPD trajectory, None) failed and was
+        dropped at time `at`: a GRPO member's sources never come (its failure precedes its
+        reward), an OPD trajectory's turns come but its close does not."""
+        gone = set(drops)
+        events: list[tuple[float, WorkItem | Dropped]] = []
+        for t, it in self.events:
+            if isinstance(it, GrpoContent | GrpoReward) and (it.group_id, it.index) in gone:
+                continue
+            if isinstance(it, OpdClose) and (it.traj_id, None) in gone:
+                continue
+            events.append((t, it))
+        events += [(at, Dropped(f"{k}/{i}/dropped", k, i)) for k, i in drops]
+        return LoggedBatch(self.objective, self.groups, self.trajectories, sorted(events, key=_k))
 
-def _k(e: tuple[float, WorkItem]) -> float:
+    def masked(self, min_size: int = 2) -> LoggedBatch:
+        """The batch sync training sees once its dropped rows are masked: no `Dropped` events,
+        no dropped OPD trajectory, each GRPO group without its dropped members (the rest
+        renumbered 0..m'-1 in their order) or, left below `min_size` (or empty), without the
+        group. What the engine must equal when it replays this batch with its drops."""
+        drops = [it for _, it in self.events if isinstance(it, Dropped)]
+        gone_traj = {d.key for d in drops if d.index is None}
+        lost: dict[str, set[int]] = {}
+        for d in drops:
+            if d.index is not None:
+                lost.setdefault(d.key, set()).add(d.index)
+        groups, renumber = [], {}
+        for g in self.groups:
+            seen = {
+                it.index
+                for _, it in self.events
+                if isinstance(it, GrpoContent | GrpoReward) and it.group_id == g.group_id
+            }
+            keep = sorted(seen - lost.get(g.group_id, set()))
+            if len(keep) < min(min_size, g.size) or not keep:
+                continue
+            groups.append(replace(g, size=len(keep)))
+            renumber[g.group_id] = {old: new for new, old in enumerate(keep)}
+        events: list[tuple[float, WorkItem | Dropped]] = []
+        for t, it in self.events:
+            if isinstance(it, Dropped) or it.key in gone_traj:
+                continue
+            if isinstance(it, GrpoContent | GrpoReward):
+                idx = renumber.get(it.group_id, {}).get(it.index)
+                if idx is None:
+                    continue
+                it = replace(it, index=idx)
+            events.append((t, it))
+        trajs = [t for t in self.trajectories if t not in gone_traj]
+        return LoggedBatch(self.objective, groups, trajs, events)
+
+
+def _k(e: tuple[float, WorkItem | Dropped]) -> float:
     return e[0]
 
 
@@ -71,9 +123,13 @@ def replay_sources(
         if ctx.owns(ti):
             engine.register_trajectory(tid)
     for ready, item in sorted(batch.events, key=_k):
-        if ctx.owns(batch.owner_index(item)):
+        if not ctx.owns(batch.owner_index(item)):
+            continue
+        if isinstance(item, Dropped):
+            engine.drop(item)
+        else:
             engine.submit(item, ready)
-            engine.drain()
+        engine.drain()
     engine.close_batch()
     engine.drain()
     return engine

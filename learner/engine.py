@@ -29,6 +29,7 @@ from thundersync.learner.engine_opd import OpdTrajectories
 from thundersync.learner.logprobs import LogprobMismatch
 from thundersync.learner.routing import GradRouter
 from thundersync.learner.sources import (
+    Dropped,
     GrpoContent,
     GrpoGroupSpec,
     GrpoReward,
@@ -82,6 +83,7 @@ class GradientEngine:
         self.queue = ReadyQueue()
         self.releaser = Releaser(schedule, self.queue)
         self.applied: set[str] = set()
+        self.dropped: set[str] = set()  # groups / trajectories dropped whole: late sources ignored
         self.peak_open = 0
 
     # ---- what the barrier, the learner's stats and the benches read (the core's) -----------
@@ -122,6 +124,9 @@ class GradientEngine:
         self.opd.register(traj_id)
 
     def submit(self, item: WorkItem, ready: float) -> None:
+        if item.key in self.dropped:
+            self.counters["dropped_late_sources"] += 1
+            return
         if isinstance(item, GrpoContent | GrpoReward) and item.group_id not in self.grpo.specs:
             raise SourceError(f"source {item.source_id}: group {item.group_id!r} is not registered")
         if isinstance(item, OpdTurn | OpdClose) and item.traj_id not in self.opd.expected:
@@ -203,6 +208,30 @@ class GradientEngine:
         self.releaser.drop(key)
         self.queue.drop(key)
         self.counters["aborted"] += 1
+
+    def drop(self, d: Dropped) -> None:
+        """A trajectory dropped after an infra failure (`rollout.on_failure: drop`): the update
+        becomes sync training on the batch without that row. GRPO (`d.index` set): the group
+        closes over its other members; below the estimator's minimum it is dropped whole, with
+        whatever it had applied. OPD: the trajectory and its applied turns are forgotten."""
+        if d.key in self.dropped:
+            return  # its group was already dropped whole
+        if d.index is None:
+            self.abort(d.key)
+            self.counters["aborted"] -= 1  # counted as a drop, not as a rerun's abort
+            self.dropped.add(d.key)
+            self.counters["dropped_trajectories"] += 1
+            return
+        if d.key in self.grpo.closed:
+            raise SourceError(f"drop of {d.key}[{d.index}]: the group already closed")
+        self.counters["dropped_trajectories"] += 1
+        if self.grpo.drop_member(d.key, d.index):
+            self.releaser.drop(d.key)
+            self.queue.drop(d.key)
+            self.dropped.add(d.key)
+            self.counters["dropped_groups"] += 1
+        elif d.key not in self.grpo.closed:
+            self.releaser.resize(d.key, self.grpo.specs[d.key].size)
 
     # ---- barrier support -------------------------------------------------------------------
     def open_sources(self) -> list[str]:

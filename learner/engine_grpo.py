@@ -10,7 +10,7 @@ per open group, whatever the arrival order.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -19,7 +19,7 @@ from thundersync.learner.accumulators import ParamSum, add_into
 from thundersync.learner.boundary import KV, detach_leaves, run_segment
 from thundersync.learner.engine_core import EngineCore, SourceError, flat_kv, take_grads
 from thundersync.learner.logprobs import scored_logprobs
-from thundersync.learner.objectives import group_coefficients
+from thundersync.learner.objectives import group_coefficients, min_group_size
 from thundersync.learner.routing import Target
 from thundersync.learner.sources import GrpoContent, GrpoGroupSpec, GrpoReward
 
@@ -81,6 +81,32 @@ class GrpoGroups:
             g.free()
         self.specs.pop(gid, None)
         self.pending_rewards.pop(gid, None)
+
+    def drop_member(self, gid: str, index: int) -> bool:
+        """Member `index` failed and is dropped (`rollout.on_failure: drop`): the group closes
+        over the others, its statistics and 1/m over them only, exactly as sync training on the
+        batch without that row. True when the group fell below the estimator's minimum and was
+        forgotten whole (whatever it had applied with it). A member whose source was already
+        applied cannot leave: its H_i is inside G1/G2 and subtracting it would not be exact."""
+        spec = self.specs.get(gid)
+        if spec is None:
+            raise SourceError(f"drop of {gid}[{index}]: group {gid!r} is not registered")
+        g = self.groups.get(gid)
+        applied = (g.done | set(g.rewards)) if g else set(self.pending_rewards.get(gid, {}))
+        if index in applied:
+            raise SourceError(
+                f"drop of {gid}[{index}]: its sources are already applied; a trajectory can be "
+                "dropped only before its reward and content are sent"
+            )
+        size = spec.size - 1
+        if size < min(min_group_size(self.estimator), spec.size):
+            self.abort(gid)
+            return True
+        spec = self.specs[gid] = replace(spec, size=size)
+        if g is not None:
+            g.spec = spec
+            self._maybe_close(g)
+        return False
 
     def content(self, item: GrpoContent) -> None:
         e = self.core

@@ -90,6 +90,17 @@ class OpdClose:
 WorkItem = GrpoContent | GrpoReward | OpdTurn | OpdClose
 
 
+@dataclass(frozen=True)
+class Dropped:
+    """A trajectory dropped after an infra failure (`rollout.on_failure: drop`), as a logged
+    batch records it: GRPO member `index` of group `key`, or (index None) the OPD trajectory
+    `key`. Not a work item: the engine applies it at once (`GradientEngine.drop`)."""
+
+    source_id: str
+    key: str
+    index: int | None = None
+
+
 @dataclass(order=True)
 class _Queued:
     release: float
@@ -171,6 +182,13 @@ class Releaser:
     def drop(self, key: str) -> None:
         self._held.pop(key, None)
         self.group_sizes.pop(key, None)
+
+    def resize(self, key: str, size: int) -> None:
+        """A GRPO group lost a member: `group` releases it once the rest have arrived."""
+        self.group_sizes[key] = size
+        held = self._held.get(key)
+        if self.schedule is Schedule.GROUP and held and self._seen.get(key, 0) == 2 * size:
+            self._release(self._held.pop(key), max(r for _, r in held))
 
     def close_batch(self, now: float) -> None:
         self._batch_closed = True

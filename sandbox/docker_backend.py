@@ -2,8 +2,9 @@
 
 In production this talks to Docker; on these machines (no Docker engine) it talks to podman's
 Docker-compatible socket (`podman system service`), started on demand by `ensure_podman_socket`
-- the same SDK code path. The container runs `sleep infinity` from the task image as uid 65534
-with no network (unless the task allows it), all capabilities dropped, no-new-privileges,
+- the same SDK code path. The container runs `sleep infinity` from the task image as root
+(whatever the image's USER, so an exec's `kill -9 -1` as the agent's uid cannot stop it) with no
+network (unless the task allows it), all capabilities dropped, no-new-privileges,
 memory / cpu / pids limits and nofile / nproc / fsize ulimits (podman needs explicit nofile and
 nproc ulimits). The task directory is copied in with put_archive. Pid 1 is the engine's init
 (`init=True`: docker-init / tini on Docker, catatonit on podman), so killed processes are reaped:
@@ -15,8 +16,10 @@ Every container carries the labels `thundersync.sandbox=1`, `thundersync.owner_p
 `thundersync.owner_host` and `thundersync.owner_start` (the owner's process start time), so
 `sandbox.orphans.cleanup_orphans()` can remove the containers of a crashed owner.
 
-`SessionSpec.exec_user = "root"` (terminal verifiers): `exec` runs as uid 0 with only the
-container's CHOWN / DAC_OVERRIDE / FOWNER capabilities and no-new-privileges; after the command
+`SessionSpec.exec_user = "root"` (terminal verifiers): `exec` runs as uid 0 with Docker's default
+capabilities less NET_RAW / MKNOD / SETPCAP / AUDIT_WRITE (`docker_support.VERIFIER_CAPS`: apt
+drops to _apt) and no-new-privileges (other sessions' root set-up execs: CHOWN / DAC_OVERRIDE /
+FOWNER); after the command
 every process but pid 1 and `sleep infinity` is killed (a root `kill -9 -1` would stop the
 container), and `reset` replaces the container (root may have written anywhere), so such a
 session is never reused dirty. The file tools still act as uid 65534. `exec_user` naming a user of

@@ -246,17 +246,33 @@ class UpdatePublic(BaseModel):
         None, description="OPD: the surrogate loss -sum A log pi / N"
     )
     scored_tokens: int | None = Field(None, description="OPD: the update's scored tokens N")
+    # rollout.on_failure: drop (metrics.jsonl keys, kept in `extra`); None: not reported
+    dropped_trajectories: int | None = Field(
+        None, description="failed trajectories dropped from their group in this update"
+    )
+    dropped_groups: int | None = Field(
+        None, description="GRPO groups dropped whole (left below the estimator's minimum)"
+    )
+    drop_reasons: dict[str, int] | None = Field(
+        None, description="dropped trajectories by reason (error type: first line)"
+    )
 
     @model_validator(mode="after")
-    def _opd_signal(self) -> UpdatePublic:
-        for key in ("kl_mean", "distill_loss", "scored_tokens"):
+    def _typed_extra(self) -> UpdatePublic:
+        ints = ("scored_tokens", "dropped_trajectories", "dropped_groups")
+        for key in ("kl_mean", "distill_loss", *ints):
             v = self.extra.get(key)
             if (
                 getattr(self, key) is None
                 and isinstance(v, int | float)
                 and not isinstance(v, bool)
             ):
-                setattr(self, key, int(v) if key == "scored_tokens" else float(v))
+                setattr(self, key, int(v) if key in ints else float(v))
+        reasons = self.extra.get("drop_reasons")
+        if self.drop_reasons is None and isinstance(reasons, dict):
+            self.drop_reasons = {
+                str(k): int(v) for k, v in reasons.items() if isinstance(v, int | float)
+            }
         return self
 
 

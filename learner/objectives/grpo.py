@@ -62,6 +62,20 @@ ESTIMATORS: dict[Estimator, Callable[[Sequence[float], float, float], tuple[floa
     Estimator.RLOO: _rloo,
 }
 
+# Fewest members a group that lost trajectories (`rollout.on_failure: drop`) may keep: each
+# estimator's baseline is the group's own mean, so a lone member's advantage is 0 (rloo's is
+# undefined) and it would only change `group_reduction: mean`'s count. Below it the group is
+# dropped whole; a group configured smaller (`rollout.group_size: 1`) is never shrunk.
+MIN_GROUP_SIZE: dict[Estimator, int] = {
+    Estimator.GRPO: 2,
+    Estimator.DR_GRPO: 2,
+    Estimator.RLOO: 2,
+}
+
+
+def min_group_size(estimator: Estimator | str) -> int:
+    return MIN_GROUP_SIZE[Estimator(estimator)]
+
 
 def group_coefficients(
     estimator: Estimator | str, rewards: Sequence[float], *, shift: float, eps: float = 1e-6

@@ -38,6 +38,7 @@ class UpdateTally:
     last_ready: float = 0.0
     tokens: int = 0
     rewards: list[float] = field(default_factory=list)
+    drops: dict[str, Any] = field(default_factory=dict)  # driver.failures.DropBook.metrics()
 
     @property
     def reward_mean(self) -> float:
@@ -66,6 +67,12 @@ class SourceEmitter:
         self.registered: set[str] = set()  # GRPO groups whose registration (with prompt) is out
         self.after_publish = after_publish
         self.tally = UpdateTally()
+        # rollout.on_failure: drop (driver.failures): GRPO groups that lost members before they
+        # registered (their size then), groups dropped whole (nothing more is sent for them),
+        # and the trajectories whose every event went out (a failure after that drops nothing)
+        self.group_sizes: dict[str, int] = {}
+        self.skipped: set[str] = set()
+        self.sent: set[str] = set()
 
     def publish_source(self, *events: SourceReady) -> None:
         """Publish one source (its events, in order) and count it."""
@@ -89,9 +96,11 @@ class SourceEmitter:
 
 class GrpoEmitter(SourceEmitter):
     def on_reward_ready(self, traj: Trajectory, reward: float) -> None:
-        super().on_reward_ready(traj, reward)
         plan = self.plans[traj.trajectory_id]
         gid, tid, index = plan.group_id, traj.trajectory_id, plan.ref.repetition
+        if gid in self.skipped:
+            return
+        super().on_reward_ready(traj, reward)
         if gid not in self.registered:  # every member shares the prompt: the first one sends it
             self.registered.add(gid)
             self.bus.publish(
@@ -99,7 +108,7 @@ class GrpoEmitter(SourceEmitter):
                     run_id=self.run_id,
                     update=self.update,
                     group_id=gid,
-                    size=self.group_size,
+                    size=self.group_sizes.get(gid, self.group_size),
                     prompt_ids=list(traj.prompt_ids),
                 )
             )
@@ -132,6 +141,7 @@ class GrpoEmitter(SourceEmitter):
                 rollout_logprobs=[lp for t in traj.turns for lp in t.action_logprobs],
             ),
         )
+        self.sent.add(tid)
 
 
 class OpdEmitter(SourceEmitter):
@@ -166,6 +176,7 @@ class OpdEmitter(SourceEmitter):
                 sources=len(traj.turns),
             )
         )
+        self.sent.add(traj.trajectory_id)
 
 
 EMITTERS: dict[Objective, type[SourceEmitter]] = {

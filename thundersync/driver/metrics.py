@@ -95,7 +95,12 @@ def update_record(
         "logprob_mismatch_mean": stats.logprob_mismatch_mean if stats is not None else 0.0,
         "logprob_mismatch_max": stats.logprob_mismatch_max if stats is not None else 0.0,
         "version": version,
+        # rollout.on_failure: drop (driver.failures): failed trajectories dropped, groups
+        # dropped whole, and `drop_reasons` {reason: count} when anything was dropped
+        "dropped_trajectories": 0,
+        "dropped_groups": 0,
     }
+    rec.update(tally.drops)
     if cfg.objective is Objective.OPD:  # the distillation signal (the learner's, all ranks)
         rec["kl_mean"] = stats.kl_mean if stats is not None else 0.0
         rec["distill_loss"] = stats.distill_loss if stats is not None else 0.0

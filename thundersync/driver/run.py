@@ -8,8 +8,9 @@
             GrpoRewardReady + GrpoTrajectoryReady; each teacher-scored OPD turn -> OpdTurnReady
         batch closed -> the learner steps -> theta_{k+1} published -> engine loads it -> ack
         metrics line from the learner's barrier stats; spans -> run dir
-A failed trajectory is rerun from scratch under theta_k; for OPD its already-sent turns are
-aborted first, so nothing partial reaches the learner. The stale comparison schedules live in
+A failed trajectory is rerun from scratch under theta_k, dropped from its group or fails the run
+(`rollout.on_failure`, `driver.rollouts`); for OPD its already-sent turns are aborted first, so
+nothing partial reaches the learner. The stale comparison schedules live in
 `driver.async_schedules`, fault injection for tests in `driver.faults`.
 """
 
@@ -283,8 +284,9 @@ class RunDriver:
         if self.parts is not None and version in self.parts.loads:
             rec.update(self.parts.loads[version])
         self.files.write_update(rec)
+        dropped = f" dropped {rec['dropped_trajectories']}" if rec["dropped_trajectories"] else ""
         self.files.write_log(
-            f"update {k}: step {rec['step_s']:.2f}s reward {rec['reward_mean']:.3f}"
+            f"update {k}: step {rec['step_s']:.2f}s reward {rec['reward_mean']:.3f}{dropped}"
         )
         if self.progress is not None:
             self.progress(rec)

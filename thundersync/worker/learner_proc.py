@@ -38,7 +38,7 @@ from thundersync.bus.factory import BusRef, connect
 from thundersync.bus.ledger import ExactlyOnce, MemoryLedger
 from thundersync.bus.protocol import Bus
 from thundersync.config import LOSSLESS_SCHEDULES, Objective, RunConfig, Schedule
-from thundersync.learner.sources import GrpoGroupSpec, OpdClose
+from thundersync.learner.sources import Dropped, GrpoGroupSpec, OpdClose
 from thundersync.rundir import RunFiles
 from thundersync.worker.learner_stats import UpdateState
 from thundersync.worker.policy_writer import PolicyWriter
@@ -162,6 +162,10 @@ class LearnerLoop:
                 st.ready[close.source_id] = ev.emitted_at  # the trajectory finished then
                 eng.submit(close, ev.emitted_at)
                 self._drain(ev.update)
+            case TrajectoryAborted() if ev.dropped:  # rollout.on_failure: drop
+                opd = self.cfg.objective is Objective.OPD
+                eng.drop(Dropped(ev.event_id, ev.traj_id if opd else ev.group_id, ev.index))
+                st.dropped(ev, whole=ev.group_id in eng.dropped)
             case TrajectoryAborted():
                 st.aborted.add(ev.traj_id)
                 eng.abort(ev.traj_id if self.cfg.objective is Objective.OPD else ev.group_id)

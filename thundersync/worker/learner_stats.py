@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from thundersync.bus.events import BarrierStats, GroupRegistered, SourceReady
+from thundersync.bus.events import BarrierStats, GroupRegistered, SourceReady, TrajectoryAborted
 from thundersync.learner.barrier import StepStats
 from thundersync.learner.engine import GradientEngine
 from thundersync.learner.parallel import ParallelContext
@@ -23,6 +23,7 @@ class UpdateState:
     logged: list[GroupRegistered | SourceReady] = field(default_factory=list)
     ready: dict[str, float] = field(default_factory=dict)
     aborted: set[str] = field(default_factory=set)
+    shrunk: dict[str, int] = field(default_factory=dict)  # GRPO group -> members dropped
     max_staleness: int = 0
 
     def received(self, ev: SourceReady, version: int, *, log: bool) -> None:
@@ -35,14 +36,28 @@ class UpdateState:
         if log:  # the replay takes each group's prompt and size from here
             self.logged.append(ev)
 
+    def dropped(self, ev: TrajectoryAborted, *, whole: bool) -> None:
+        """A dropped trajectory (`rollout.on_failure: drop`): the log becomes the masked batch
+        (a group dropped whole, an OPD trajectory, leave it; a GRPO group logs its new size)."""
+        if whole:
+            self.aborted.add(ev.group_id)
+        else:
+            self.shrunk[ev.group_id] = self.shrunk.get(ev.group_id, 0) + 1
+
     def kept_log(self) -> list[str]:
         """The batch log: every group registration and source received, but the sources of
-        aborted trajectories."""
-        return [
-            e.model_dump_json()
-            for e in self.logged
-            if isinstance(e, GroupRegistered) or e.traj_id not in self.aborted
-        ]
+        aborted trajectories and of groups dropped whole; a shrunk group with its final size."""
+        out = []
+        for e in self.logged:
+            if isinstance(e, GroupRegistered):
+                if e.group_id in self.aborted:
+                    continue
+                if e.group_id in self.shrunk:
+                    e = e.model_copy(update={"size": e.size - self.shrunk[e.group_id]})
+            elif e.traj_id in self.aborted or e.group_id in self.aborted:
+                continue
+            out.append(e.model_dump_json())
+        return out
 
     def barrier_stats(
         self,

@@ -163,7 +163,19 @@ function applyUpdates(rows) {
   $("idle-share").textContent = fmtPct(last.idle_share);
   $("mfu").textContent = fmtPct(last.mfu);
   $("reward").textContent = fmtNum(last.reward_mean);
+  applyDrops(u);
   refreshSpeedup();
+}
+
+// rollout.on_failure: drop: totals over the updates, reasons (with counts) in the tooltip
+function applyDrops(u) {
+  const sum = (key) => u.reduce((a, r) => a + (r[key] || 0), 0);
+  const reasons = {};
+  u.forEach((r) => Object.entries(r.drop_reasons || {}).forEach(([k, n]) => { reasons[k] = (reasons[k] || 0) + n; }));
+  const el = $("dropped");
+  el.textContent = `${sum("dropped_trajectories")} / ${sum("dropped_groups")}`;
+  const why = Object.entries(reasons).map(([k, n]) => `${k}: ${n}`).join("\n");
+  el.title = why ? `dropped by reason:\n${why}` : "nothing dropped (rollout.on_failure: drop)";
 }
 
 // OPD: KL per update, and the time-to-target card on KL (reached at kl_mean <= target); until the
