@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import traceback
 from pathlib import Path
 
 import typer
@@ -15,10 +16,36 @@ env_app = typer.Typer(
 app.add_typer(env_app, name="env")
 
 
+def _image_map(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        published, sep, local = item.partition("=")
+        if not sep or not published or not local:
+            raise ValueError(f"--image-map {item!r}: write PUBLISHED=LOCAL, e.g. a:1=b:1")
+        out[published] = local
+    from pydantic import ValidationError
+
+    from thundersync.config_env import EnvConfig
+
+    try:
+        EnvConfig(image_map=out)  # the run config's own check of the entries
+    except ValidationError as e:
+        raise ValueError(str(e.errors()[0]["msg"]).removeprefix("Value error, ")) from None
+    return out
+
+
+def _fail(msg: str, json_out: bool, backend: str, code: int = 2) -> typer.Exit:
+    """An error: on stderr, and with --json as the one JSON object on stdout."""
+    typer.echo(f"error: {msg}", err=True)
+    if json_out:
+        typer.echo(json.dumps({"ok": False, "backend": backend, "error": msg}))
+    return typer.Exit(code)
+
+
 @env_app.command("check")
 def check(
     task_path: str = typer.Argument(
-        None, help="task dir (TB1/SETA/Harbor) or SWE-smith .json/.jsonl"
+        None, help="task dir (TB1/SETA/Harbor), a folder of them, or SWE-smith .json/.jsonl"
     ),
     all_: bool = typer.Option(False, "--all", help="every shipped fixture"),
     hacks: bool = typer.Option(
@@ -28,36 +55,54 @@ def check(
     repos_dir: str = typer.Option(
         None, help="git mirrors for SWE-smith records (default: fixtures)"
     ),
-    json_out: bool = typer.Option(False, "--json", help="print JSON; the last line is the summary"),
+    image_map: list[str] = typer.Option(
+        [], "--image-map", help="docker: PUBLISHED=LOCAL image (as env.image_map; repeatable)"
+    ),
+    pull: bool = typer.Option(False, "--pull", help="docker: pull missing unmapped images"),
+    json_out: bool = typer.Option(
+        False, "--json", help="print one JSON object (errors too); --hacks: one line per hack"
+    ),
 ) -> None:
-    """Gold must earn 1 and a no-op 0 (--hacks: every hack must be defeated); exit 1 otherwise."""
+    """Gold must earn 1 and a no-op 0 (--hacks: every hack must be defeated); exit 1 otherwise
+    (also when a task cannot run on this backend), 2 on bad input."""
+    from thundersync.sandbox import images
     from thundersync.sandbox.backends import get_executor
     from thundersync.sandbox.envs.check import check_all, check_path, summarize
     from thundersync.sandbox.envs.swesmith import RecordError
     from thundersync.sandbox.envs.terminal import TaskError
     from thundersync.sandbox.executor import SandboxError
 
+    try:
+        images.configure(_image_map(image_map), pull)
+    except ValueError as e:
+        raise _fail(str(e), json_out, backend) from None
     if hacks:
         if all_ or task_path:
-            typer.echo("--hacks runs the shipped hack suite: give no TASK_PATH or --all", err=True)
-            raise typer.Exit(2)
+            raise _fail(
+                "--hacks runs the shipped hack suite: give no TASK_PATH or --all", json_out, backend
+            )
         _check_hacks(backend, json_out)
         return
     if not all_ and not task_path:
-        typer.echo("give a TASK_PATH or --all", err=True)
-        raise typer.Exit(2)
+        raise _fail("give a TASK_PATH or --all", json_out, backend)
     try:
         ex = get_executor(backend)
         if all_:
             details = check_all(ex)
         else:
             details = check_path(Path(task_path), ex, Path(repos_dir) if repos_dir else None)
-    except (RecordError, TaskError, SandboxError) as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2) from None
+    except (RecordError, TaskError, SandboxError, OSError) as e:
+        raise _fail(str(e), json_out, backend) from None
+    except Exception as e:  # a bug: its traceback on stderr, still one JSON object on stdout
+        traceback.print_exc()
+        raise _fail(f"{type(e).__name__}: {e}", json_out, backend) from None
     summary = summarize(details)
+    # a task without a solution (Harbor training tasks) has no gold to check: not a failure;
+    # a task this backend cannot run is one, unless --all (the fixtures span both backends)
+    ok = summary["gold_ok"] + summary["gold_unchecked"] == summary["noop_ok"] == summary["tasks"]
+    ok = ok and (all_ or not summary["skipped"])
     if json_out:
-        typer.echo(json.dumps(summary))
+        typer.echo(json.dumps({"ok": ok, "backend": backend, **summary}))
     else:
         for d in summary["details"]:
             gold = "n/a " if d["gold_reward"] is None else f"{d['gold_reward']:.2f}"
@@ -69,8 +114,7 @@ def check(
         typer.echo(
             f"{summary['gold_ok']}/{summary['tasks']} gold ok, {summary['noop_ok']}/{summary['tasks']} no-op ok"
         )
-    # a task without a solution (Harbor training tasks) has no gold to check: not a failure
-    if not summary["gold_ok"] + summary["gold_unchecked"] == summary["noop_ok"] == summary["tasks"]:
+    if not ok:
         raise typer.Exit(1)
 
 
@@ -84,8 +128,7 @@ def _check_hacks(backend: str, json_out: bool) -> None:
     try:
         details = run_hacks(get_executor(backend))
     except SandboxError as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2) from None
+        raise _fail(str(e), json_out, backend) from None
     summary = summarize(details)
     for d in details:
         if json_out:

@@ -16,6 +16,21 @@ from thundersync.sandbox.executor import SandboxError, SessionSpec
 PODMAN_SOCKET = "/run/podman/podman.sock"
 UID = 65534
 LABEL = "thundersync.sandbox"
+# a root verifier's container (TB1 / Harbor run verifiers as root with Docker's default set):
+# apt drops to _apt (SETUID / SETGID, setgroups), installers chown / keep modes (FSETID), the
+# cleanup kills processes of other uids (KILL); not NET_RAW, MKNOD, SETPCAP, AUDIT_WRITE
+VERIFIER_CAPS = [
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "SETUID",
+    "SETGID",
+    "SETFCAP",
+    "NET_BIND_SERVICE",
+    "SYS_CHROOT",
+]
 
 
 def ensure_podman_socket(path: str = PODMAN_SOCKET, idle_s: int = 600) -> str:
@@ -104,10 +119,17 @@ def container_kwargs(spec: SessionSpec, binds: dict[str, str] | None = None) -> 
         ],
         "cap_drop": ["ALL"],
         # for the root execs (set-up; a verifier's `exec_user="root"`); uid 65534 execs get none
-        "cap_add": ["CHOWN", "DAC_OVERRIDE", "FOWNER"],
+        "cap_add": VERIFIER_CAPS
+        if spec.exec_user == "root"
+        else ["CHOWN", "DAC_OVERRIDE", "FOWNER"],
         "security_opt": ["no-new-privileges"],
         "labels": {LABEL: "1", **owner_labels(), "thundersync.label": spec.label},
         "hostname": "sandbox",
+        # the keep-alive (`sleep infinity`, pid 1's child) runs as root whatever the image's USER:
+        # an exec's cleanup (`kill -9 -1` as the agent's uid) cannot reach it, so a non-root
+        # image's container survives each command; without CAP_KILL nor the uid, the agent
+        # cannot signal it either
+        "user": "0:0",
         "init": True,  # a reaping pid 1 (zombies of killed processes must not pin pids)
         "shm_size": "64m",  # /dev/shm: a tmpfs, charged to the memory limit
         "mounts": [Mount(inside, host, type="bind") for host, inside in (binds or {}).items()],

@@ -8,6 +8,12 @@ the existing tag without building. Nothing is pulled (`pull=False`; these machin
 named by a `FROM` must already be local, else `ImageBuildError` names the task, the Dockerfile,
 the missing image and the fix, before any build starts. The local backend builds nothing
 (`local_gap` says when a Dockerfile adds what the sandbox base lacks).
+Published images (a `FROM` base, a SWE-smith `image_name`) that are not local go through the
+image map (`env.image_map`, `tsrl env check --image-map`; `configure` sets it for the process):
+a mapped image is tagged with the published name on the local image it maps to (so `FROM` and
+`image_name` resolve offline; a task image built on a mapped base gets a tag of its own), an
+unmapped one is pulled only with `env.image_pull`; otherwise `ImageBuildError` names the image,
+the map option and the fix (`ensure_present`).
 """
 
 from __future__ import annotations
@@ -26,6 +32,12 @@ _SKIP = {"__pycache__", ".git"}
 _LOCKS: dict[str, threading.Lock] = {}
 _LOCKS_GUARD = threading.Lock()
 builds = 0  # images actually built by this process (the tests count cache hits with it)
+IMAGE_MAP: dict[str, str] = {}  # published -> local (`configure`: the run's env.image_map)
+PULL = False  # pull unmapped missing images (env.image_pull)
+MAP_HELP = (
+    "env.image_map (run config; `tsrl env check --image-map PUBLISHED=LOCAL`) maps it to a local "
+    "image; env.image_pull=true pulls it where a registry is reachable"
+)
 
 
 class ImageBuildError(SandboxError):
@@ -132,6 +144,88 @@ def local_gap(dockerfile: Path | None) -> str | None:
     return None
 
 
+def configure(image_map: dict[str, str] | None = None, pull: bool = False) -> None:
+    """This process's image map and pull policy (the run's `env.image_map` / `env.image_pull`)."""
+    global PULL
+    IMAGE_MAP.clear()
+    IMAGE_MAP.update(image_map or {})
+    PULL = pull
+
+
+def mapped(image: str, image_map: dict[str, str] | None = None) -> str | None:
+    """The local image `image` maps to: an exact key first, then the longest `prefix*` key (a
+    value ending in '*' gets the rest of the name); None when no key matches."""
+    table = IMAGE_MAP if image_map is None else image_map
+    if image in table:
+        return table[image]
+    prefixes = [k for k in table if k.endswith("*") and image.startswith(k[:-1])]
+    if not prefixes:
+        return None
+    key = max(prefixes, key=len)
+    value = table[key]
+    return value[:-1] + image[len(key) - 1 :] if value.endswith("*") else value
+
+
+def _split_ref(image: str) -> tuple[str, str]:
+    """repository, tag (`latest` when none; a `@digest` reference keeps its digest)."""
+    if "@" in image:
+        return image.split("@", 1)[0], ""
+    repo, sep, tag = image.rpartition(":")
+    if not sep or "/" in tag:  # a registry port, not a tag
+        return image, "latest"
+    return repo, tag
+
+
+def ensure_present(
+    client: Any,
+    image: str,
+    what: str,
+    *,
+    image_map: dict[str, str] | None = None,
+    pull: bool | None = None,
+    apply: bool = True,
+) -> str | None:
+    """Make `image` resolvable locally by its own name (`what` names it in errors, e.g.
+    "task 'x': <Dockerfile>: base image"); returns the local image it was mapped to, or None. A mapped image is tagged onto
+    its target (with `apply`; the target must be local); an unmapped missing one is pulled when
+    `pull` (with `apply`; without, the pull is left to the run). `ImageBuildError` otherwise."""
+    import docker.errors
+
+    pull = PULL if pull is None else pull
+    target = mapped(image, image_map)
+    if target is not None:
+        if _missing_base(client, target):
+            raise ImageBuildError(
+                f"{what} {image!r} is mapped to {target!r} by env.image_map, which is "
+                f"not present locally either: build or load {target!r} (`podman load`), or "
+                "change the map entry"
+            )
+        if apply:
+            repo, tag = _split_ref(image)
+            client.images.get(target).tag(repo, tag or "latest")
+        return target
+    if not _missing_base(client, image):
+        return None
+    if pull and apply:
+        repo, tag = _split_ref(image)
+        try:
+            client.images.pull(repo, tag=tag or None)
+            return None
+        except docker.errors.APIError as e:
+            raise ImageBuildError(
+                f"{what} {image!r} is not present locally and pulling it failed "
+                f"({str(e)[:300]}); {MAP_HELP}, or load it (`podman load`)"
+            ) from None
+    if pull:
+        return None  # pulled when the run starts
+    raise ImageBuildError(
+        f"{what} {image!r} is not present locally and nothing is pulled (env.image_pull "
+        f"is off); {MAP_HELP}; or pull it on a machine with a registry and load it (`podman pull "
+        f"{image}` + `podman save` / `podman load`), or retag a local image (`podman tag "
+        f"thundersync-sandbox:bookworm {image}`)"
+    )
+
+
 def _missing_base(client: Any, image: str) -> bool:
     import docker.errors
 
@@ -147,20 +241,20 @@ def ensure_image(client: Any, task: str, context: Path, dockerfile: Path) -> str
     global builds
     import docker.errors
 
-    tag = image_tag(task, context_hash(context, dockerfile))
+    digest = context_hash(context, dockerfile)
+    bases = base_images(dockerfile)
+    via_map = sorted((b, m) for b in bases if (m := mapped(b)) is not None)
+    if via_map:  # a changed map must not reuse an image built on another base
+        ids = [(b, m, client.images.get(m).id) for b, m in via_map if not _missing_base(client, m)]
+        digest = hashlib.sha256(f"{digest}\0{ids}".encode()).hexdigest()
+    tag = image_tag(task, digest)
     with _LOCKS_GUARD:
         lock = _LOCKS.setdefault(tag, threading.Lock())
     with lock:  # envs of one task opening at once build it once
         if not _missing_base(client, tag):
             return tag
-        for base in base_images(dockerfile):
-            if _missing_base(client, base):
-                raise ImageBuildError(
-                    f"task {task!r}: {dockerfile}: base image {base!r} is not present locally "
-                    "and nothing can be pulled here; pull it on a machine with a registry and "
-                    f"load it (`podman pull {base}` + `podman save` / `podman load`), or retag a "
-                    f"local image (`podman tag thundersync-sandbox:bookworm {base}`)"
-                )
+        for base in bases:
+            ensure_present(client, base, f"task {task!r}: {dockerfile}: base image")
         try:
             client.images.build(
                 path=str(context),

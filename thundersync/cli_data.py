@@ -85,6 +85,7 @@ def _task(inst: SweInstance, repos_dir: str | None) -> dict[str, Any]:
 def import_records(src: Path, out: Path, repos_dir: Path | None = None) -> int:
     """Validate every record of `src` and write the task set `out`; the number written."""
     from thundersync.sandbox.envs.swesmith import RecordError, parse_record
+    from thundersync.sandbox.envs.taskset_check import record_problem
 
     rel_repos = None
     if repos_dir is not None:
@@ -101,6 +102,8 @@ def import_records(src: Path, out: Path, repos_dir: Path | None = None) -> int:
     seen: dict[str, str] = {}
     for where, rec in _rows(src):
         inst = parse_record(rec, where)
+        if bad := record_problem(inst):  # e.g. an image_name whose repo has no profile
+            raise RecordError(bad)
         if inst.instance_id in seen:
             raise RecordError(
                 f"{where}: instance_id {inst.instance_id!r} repeats {seen[inst.instance_id]}"

@@ -9,6 +9,7 @@ tasks under sandbox/fixtures/terminal-easy).
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 
 from pydantic import Field, model_validator
@@ -16,6 +17,7 @@ from pydantic import Field, model_validator
 from thundersync.config_base import _Section
 
 BUILTIN_MODELS = frozenset({"smollm2"})
+_IMAGE_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}\*?")
 
 
 class EnvName(StrEnum):
@@ -77,6 +79,19 @@ class EnvConfig(_Section):
         description="terminal env: worked examples (user task + assistant reply) put between "
         "the system prompt and the task, so a small model sees the tool format used once",
     )
+    image_map: dict[str, str] = Field(
+        default_factory=dict,
+        max_length=256,
+        description="docker backend: published image -> local image, used when the published "
+        "one (a Dockerfile's FROM, a SWE-smith image_name) is not on this machine; a key ending "
+        "in '*' matches by prefix and a value ending in '*' gets the rest, e.g. "
+        "{'ghcr.io/laude-institute/t-bench/*': 'localhost/t-bench/*'} (sandbox.images)",
+    )
+    image_pull: bool = Field(
+        False,
+        description="docker backend: pull a published image that is neither local nor mapped "
+        "(where a registry is reachable); off: such a task is refused before the run starts",
+    )
 
     @model_validator(mode="after")
     def _fits_env(self) -> EnvConfig:
@@ -86,6 +101,14 @@ class EnvConfig(_Section):
                 f"env.tasks {self.tasks!r} is a built-in {wanted.value} task set, but env.name "
                 f"is {self.name.value}: set env.name={wanted.value} or pick another task set"
             )
+        for key, value in self.image_map.items():
+            bad = next((s for s in (key, value) if not _IMAGE_REF.fullmatch(s)), None)
+            if bad is not None or (value.endswith("*") and not key.endswith("*")):
+                raise ValueError(
+                    f"env.image_map: {key!r}: {value!r} is not published image -> local image "
+                    "(image references without spaces; a '*' only at the end, and in the value "
+                    "only when the key has one), e.g. {'swesmith.x86_64.*': 'localhost/swe/*'}"
+                )
         if self.examples and self.name is not EnvName.TERMINAL:
             raise ValueError(
                 f"env.examples: only env.name=terminal reads them (env.name is "

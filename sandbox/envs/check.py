@@ -4,7 +4,8 @@ Both go through the real environments (tool calls, submit, verifier in the sandb
 check failing means the task, the verifier or the sandbox is broken - not the agent.
 On the local backend (which builds no Dockerfile) a terminal task whose Dockerfile adds to the
 image (`sandbox.images.local_gap`) is not run: it is listed in the summary's "skipped" with the
-reason (check it with --backend docker) and counted in neither "tasks" nor "details".
+reason (check it with --backend docker) and counted in neither "tasks" nor "details";
+`tsrl env check` then exits 1 for a task path (with --all: the fixtures span both backends).
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from typing import Any
 from thundersync.config import BUILTIN_TASK_SETS
 from thundersync.sandbox.envs import fixtures
 from thundersync.sandbox.envs.base import ToolEnv
-from thundersync.sandbox.envs.swesmith import SweInstance, load_instances
+from thundersync.sandbox.envs.swesmith import RecordError, SweInstance, load_instances
 from thundersync.sandbox.envs.swesmith_env import SWESmithEnv
+from thundersync.sandbox.envs.taskset_check import record_problem
 from thundersync.sandbox.envs.terminal import load_task
 from thundersync.sandbox.envs.terminal_env import TerminalEnv
 from thundersync.sandbox.executor import Backend, Executor
@@ -36,9 +38,9 @@ def _gold_and_noop(
     try:
         env.init()
         note = gold(env)
-        done = env.step("<tool>submit</tool>")
+        done = _submit(env)
         env.init()
-        noop = env.step("<tool>submit</tool>")
+        noop = _submit(env)
     finally:
         env.close()
     return {
@@ -50,6 +52,14 @@ def _gold_and_noop(
         "noop_reason": noop["metadata"][key]["reason"],
         "seconds": round(time.monotonic() - t0, 2),
     }
+
+
+def _submit(env: ToolEnv) -> Any:
+    """Submit until the episode ends (a multi-step terminal task asks once per step)."""
+    out = env.step("<tool>submit</tool>")
+    while not out["done"]:
+        out = env.step("<tool>submit</tool>")
+    return out
 
 
 def check_swe(
@@ -81,7 +91,8 @@ def check_terminal(path: Path, executor: Executor) -> dict[str, Any]:
     task = load_task(path)
     gap = local_gap(task.dockerfile) if Backend(executor.backend) is Backend.LOCAL else None
     if gap:
-        return {"task": task.name, "kind": task.layout.value, "skipped": f"needs docker: {gap}"}
+        why = f"cannot run on the local backend (needs docker): {gap}"
+        return {"task": task.name, "kind": task.layout.value, "skipped": why}
     solution = task.solution
 
     def gold(env: ToolEnv) -> str:
@@ -89,7 +100,19 @@ def check_terminal(path: Path, executor: Executor) -> dict[str, Any]:
         sol = env.session.exec(solution.read_text(), timeout=task.agent_timeout)
         return "" if sol.ok else f" (solution exit {sol.exit_code})"
 
+    def gold_steps(env: ToolEnv) -> str:  # each step's solve.sh, then submit (not the last)
+        notes = ""
+        for i, st in enumerate(task.steps):
+            assert env.session is not None and st.solution is not None
+            sol = env.session.exec(st.solution.read_text(), timeout=st.agent_timeout)
+            notes += "" if sol.ok else f" (step {st.name} solution exit {sol.exit_code})"
+            if i < len(task.steps) - 1:
+                env.step("<tool>submit</tool>")
+        return notes
+
     env = TerminalEnv(extras={"task": task, "executor": executor})
+    if task.steps and all(st.solution for st in task.steps):
+        return _gold_and_noop(env, gold_steps, task.name, task.layout.value, "verdict", t0)
     if solution is None:  # Harbor without solution/: loads for training, no gold to check
         out = _gold_and_noop(env, lambda e: "", task.name, task.layout.value, "verdict", t0)
         out["gold_reward"] = None
@@ -101,9 +124,18 @@ def check_terminal(path: Path, executor: Executor) -> dict[str, Any]:
 def check_path(
     path: Path, executor: Executor, repos_dir: Path | None = None
 ) -> list[dict[str, Any]]:
-    """A task directory (TB1/SETA/Harbor) or a .json/.jsonl file of SWE-smith records."""
+    """A task directory (TB1/SETA/Harbor), a folder of them (a terminal task set, as
+    `env.tasks` names one), or a .json/.jsonl file of SWE-smith records."""
     if path.is_file():
-        return [check_swe(i, executor, repos_dir) for i in load_instances(path)]
+        insts = load_instances(path)
+        for inst in insts:  # refused before any episode runs
+            if bad := record_problem(inst):
+                raise RecordError(bad)
+        return [check_swe(i, executor, repos_dir) for i in insts]
+    is_task = any((path / f).is_file() for f in ("task.yaml", "task.toml"))
+    subs = sorted(p for p in path.iterdir() if p.is_dir()) if path.is_dir() and not is_task else []
+    if subs and all(any((d / f).is_file() for f in ("task.yaml", "task.toml")) for d in subs):
+        return [check_terminal(d, executor) for d in subs]
     return [check_terminal(path, executor)]
 
 

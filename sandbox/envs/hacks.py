@@ -17,7 +17,12 @@ from typing import Any
 
 from thundersync.sandbox.envs.base import ToolEnv
 from thundersync.sandbox.envs.hacks_defs import HACKS, Hack, Kind
+from thundersync.sandbox.envs.hacks_grader import HACKS_GRADER
+from thundersync.sandbox.envs.hacks_harbor import HACKS_HARBOR
 from thundersync.sandbox.executor import Executor
+
+HACKS.extend(h for h in HACKS_HARBOR if h not in HACKS)  # the Harbor verifier hacks
+HACKS.extend(h for h in HACKS_GRADER if h not in HACKS)  # the SWE-smith grader's families
 
 
 def _make_env(kind: Kind, target: str, executor: Executor) -> ToolEnv:

@@ -7,22 +7,38 @@ code then agree on passes that never happened. This plugin is loaded before coll
 before any code under test), keeps the identity of the functions a test's outcome flows through
 and the hook implementations of the runtest hooks, and decides each test's outcome itself from
 the raw `call.excinfo`. At session end it writes, to the path `TSRL_GUARD_OUT` named (read and
-removed from the environment at load), {"tests": {nodeid: outcome}, "tampered": [why, ...]}.
-The grader trusts a pass only when this verdict says so too and nothing was tampered with.
+removed from the environment at load), {"tests": {nodeid: outcome}, "tampered": [why, ...],
+"why": {nodeid: why its outcome is not the report's}, "mac": HMAC-SHA256 of the rest}, keyed
+with the secret the grader's launcher hands over (`set_key`, from a file it deletes before any
+code under test runs): code that rewrites the verdict file cannot sign what it writes. The
+grader trusts a pass only when this verdict says so too and nothing was tampered with.
+
+Non-pass outcomes: a skip or xfail counts (outcome "skipped" / "xfailed") only when the
+instance's tests decided it: a `pytest.skip` / `xfail` (or unittest skip) raised from a test
+file, a conftest, an installed package or pytest itself (a skip / xfail marker), and an xfail
+marker not added at run time by other code (`Node.add_marker` is watched: who called it). A
+skip or xfail raised from the repository's own code (e.g. the function under test calling
+`pytest.xfail()`) is "failed" ("error" outside the call phase), and so is a test that failed
+under an xfail marker that code added.
 
 Limit (documented, not solvable in-process): code that targets this plugin itself (finds it in
-`sys.modules` and patches it, or rewrites its output file) is not stopped; the generic cheats a
-policy finds by patching pytest are.
+`sys.modules` and patches it or reads its key) is not stopped; the generic cheats a policy finds
+by patching pytest, skipping or xfailing from package code, or rewriting files are.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
 import sys
+import unittest
+from types import TracebackType
 from typing import Any
 
 import _pytest.junitxml as _junitxml
+import _pytest.nodes as _nodes
 import _pytest.python as _python
 import _pytest.reports as _reports
 import _pytest.runner as _runner
@@ -31,6 +47,20 @@ import pytest
 
 _OUT = os.environ.pop("TSRL_GUARD_OUT", "")
 _open = open  # the builtin, kept before any code under test can replace it
+_mac, _sha256, _dumps = hmac.new, hashlib.sha256, json.dumps
+_KEY = {"key": b""}
+
+
+def set_key(key: bytes) -> None:
+    """The verdict's signing key (the grader's launcher calls this before pytest starts)."""
+    _KEY["key"] = key
+
+
+def sign(verdict: dict[str, Any], key: bytes) -> str:
+    """HMAC-SHA256 of `verdict` (canonical JSON); the grader checks it with the same key."""
+    return _mac(key, _dumps(verdict, sort_keys=True).encode(), _sha256).hexdigest()
+
+
 # what a test's outcome flows through (pytest versions differ: whatever exists is kept)
 _CRITICAL = (
     (_runner, "CallInfo.from_call"),
@@ -46,6 +76,7 @@ _CRITICAL = (
     (_python, "pytest_pyfunc_call"),
     (_skipping, "pytest_runtest_makereport"),
     (_junitxml, "LogXML.pytest_runtest_logreport"),
+    (_nodes, "Node.add_marker"),
 )
 _MISSING = object()
 
@@ -69,9 +100,27 @@ _HOOKS = (
     "pytest_runtest_logreport",
     "pytest_pyfunc_call",
     "pytest_report_teststatus",
+    "pytest_collection_modifyitems",
+    "pytest_itemcollected",
+    "pytest_collection_finish",
 )
-_RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
-_state: dict[str, Any] = {"impls": None, "own": {}, "tests": {}, "tampered": []}
+_RANK = {"passed": 0, "skipped": 1, "xfailed": 1, "failed": 2, "error": 3}
+_state: dict[str, Any] = {
+    "impls": None,
+    "own": {},
+    "tests": {},
+    "tampered": [],
+    "why": {},
+    "marked": {},  # nodeid -> who added an xfail / skip marker at run time (untrusted only)
+}
+_PYTEST_DIRS = tuple(
+    os.path.dirname(m.__file__ or "") + os.sep for m in (pytest, _runner) if m.__file__
+) + tuple(
+    os.path.dirname(getattr(sys.modules.get(n), "__file__", "") or "") + os.sep
+    for n in ("pluggy",)
+    if sys.modules.get(n)
+)
+_ROOT = {"dir": os.getcwd()}  # the rootdir once configured
 
 
 def _tamper(why: str) -> None:
@@ -80,10 +129,11 @@ def _tamper(why: str) -> None:
 
 
 def _trusted(fn: Any, rootdir: str) -> bool:
-    """A hook implementation code may add while tests are collected: one from the repository's
-    test files (conftest.py, test dirs, `test_*.py`: the grader restores them, so they are the
-    instance's own, e.g. a `pytest_plugins` module under tests/) or an installed plugin's."""
-    path = getattr(getattr(fn, "__code__", None), "co_filename", "")
+    """Code that may add hook implementations, skip or xfail tests: the repository's test
+    files (conftest.py, test dirs, `test_*.py`: the grader restores them, so they are the
+    instance's own, e.g. a `pytest_plugins` module under tests/) or an installed package's.
+    `fn` is a function or a file name."""
+    path = fn if isinstance(fn, str) else getattr(getattr(fn, "__code__", None), "co_filename", "")
     installed = {sys.prefix, sys.base_prefix, sys.exec_prefix}
     if "-packages" + os.sep in path or any(path.startswith(p + os.sep) for p in installed):
         return True
@@ -98,6 +148,41 @@ def _trusted(fn: Any, rootdir: str) -> bool:
         or name.endswith("_test.py")
         or any(p in ("test", "tests", "testing") for p in parts[:-1])
     )
+
+
+def _from_pytest(path: str) -> bool:
+    return any(path.startswith(d) for d in _PYTEST_DIRS if d != os.sep)
+
+
+def _decider(tb: TracebackType | None) -> str:
+    """The file whose code raised the skip / xfail: the innermost frame that is not pytest's
+    or pluggy's ("" when only they did: a marker pytest evaluated)."""
+    who = ""
+    while tb is not None:
+        path = tb.tb_frame.f_code.co_filename
+        if not _from_pytest(path):
+            who = path
+        tb = tb.tb_next
+    return who
+
+
+_orig_add_marker = _nodes.Node.add_marker
+
+
+def _add_marker(self: Any, marker: Any, append: bool = True) -> None:
+    name = getattr(marker, "name", marker)
+    if name in ("xfail", "skip", "skipif"):
+        frame = sys._getframe(1)
+        while frame is not None and _from_pytest(frame.f_code.co_filename):
+            frame = frame.f_back  # type: ignore[assignment]
+        path = frame.f_code.co_filename if frame is not None else ""
+        if path and not _trusted(path, _ROOT["dir"]):
+            _state["marked"][self.nodeid] = f"(marked {name} by {path})"
+    _orig_add_marker(self, marker, append)
+
+
+_nodes.Node.add_marker = _add_marker  # type: ignore[method-assign]
+_ORIGINAL[(_nodes.__name__, "Node.add_marker")] = _add_marker
 
 
 def _impls(config: pytest.Config) -> set[tuple[str, int]]:
@@ -129,20 +214,37 @@ def _check(config: pytest.Config) -> None:
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
     _state["impls"] = _impls(config)
+    _ROOT["dir"] = str(getattr(config, "rootpath", None) or getattr(config, "rootdir", "."))
 
 
-def _own_outcome(item: pytest.Item, call: pytest.CallInfo[None]) -> str:
+_DECIDES = (pytest.skip.Exception, pytest.xfail.Exception, unittest.SkipTest)
+
+
+def _own_outcome(item: pytest.Item, call: pytest.CallInfo[None]) -> tuple[str, str]:
+    """(outcome, why it is not what pytest would say) from the raw exception."""
     exc = call.excinfo
+    bad = "failed" if call.when == "call" else "error"
     if exc is None:
-        return "passed"
-    if isinstance(exc.value, pytest.skip.Exception) or item.get_closest_marker("xfail"):
-        return "skipped"  # skip / xfail: never a pass the grader counts
-    return "failed" if call.when == "call" else "error"
+        return "passed", ""
+    kind = "xfailed" if isinstance(exc.value, pytest.xfail.Exception) else "skipped"
+    if isinstance(exc.value, _DECIDES):
+        who = _decider(exc.tb)
+        if who and not _trusted(who, _ROOT["dir"]):
+            verb = "xfail" if kind == "xfailed" else "skip"
+            return bad, f"({verb} raised in {who}, not by the instance's tests)"
+        marked = "" if who else _state["marked"].get(item.nodeid, "")
+        return (bad, marked) if marked else (kind, "")
+    if item.get_closest_marker("xfail"):
+        marked = _state["marked"].get(item.nodeid)
+        return (bad, marked) if marked else ("xfailed", "")
+    return bad, ""
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
-    own = _own_outcome(item, call)
+    own, why = _own_outcome(item, call)
+    if why:
+        _state["why"][item.nodeid] = why
     _state["own"][(item.nodeid, call.when)] = own
     prev = _state["tests"].get(item.nodeid, "passed")
     _state["tests"][item.nodeid] = own if _RANK[own] > _RANK[prev] else prev
@@ -161,4 +263,6 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     _check(session.config)
     if _OUT:
         with _open(_OUT, "w") as f:
-            json.dump({"tests": _state["tests"], "tampered": _state["tampered"]}, f)
+            verdict = {k: _state[k] for k in ("tests", "tampered", "why")}
+            key = _KEY["key"]
+            f.write(_dumps({**verdict, "mac": sign(verdict, key) if key else ""}))

@@ -88,14 +88,24 @@ def parse_record(rec: object, where: str) -> SweInstance:
     f2p = _as_list(rec["FAIL_TO_PASS"], where, "FAIL_TO_PASS")
     if not f2p:
         raise RecordError(f"{where}: field 'FAIL_TO_PASS' is empty; an instance needs >= 1 test")
+    statement = rec.get("problem_statement", "")
+    if not isinstance(statement, str):  # null would become the prompt "None"
+        raise RecordError(
+            f"{where}: field 'problem_statement' must be the issue text (a string), got "
+            f"{json.dumps(statement)[:40]}; give the text, or leave the field out (the prompt "
+            "is then a generic 'Fix the failing behaviour.')"
+        )
+    image = rec.get("image_name") or ""
+    if not isinstance(image, str):
+        raise RecordError(f"{where}: field 'image_name' must be an image name (a string)")
     return SweInstance(
         instance_id=rec["instance_id"],
         repo=rec["repo"],
         patch=rec["patch"],
         fail_to_pass=f2p,
         pass_to_pass=_as_list(rec["PASS_TO_PASS"], where, "PASS_TO_PASS"),
-        problem_statement=str(rec.get("problem_statement", "")),
-        image_name=str(rec.get("image_name") or ""),
+        problem_statement=statement,
+        image_name=image,
         source=where,
         repos_dir=str(rec.get("repos_dir") or ""),
     )
@@ -198,18 +208,19 @@ class ImageMissing(RecordError):
 
 
 def require_image(client: Any, inst: SweInstance) -> Any:
-    """The docker SDK image of `inst.image_name`, or `ImageMissing` naming the fix."""
-    import docker.errors
+    """The docker SDK image of `inst.image_name` (through the image map, `sandbox.images`), or
+    `ImageMissing` naming the image, the map option and the fix."""
+    from thundersync.sandbox.images import ImageBuildError, ensure_present
 
+    what = f"{inst.source}: instance {inst.instance_id!r} needs image"
     try:
-        return client.images.get(inst.image_name)
-    except docker.errors.ImageNotFound:
+        ensure_present(client, inst.image_name, what)
+    except ImageBuildError as e:
         raise ImageMissing(
-            f"{inst.source}: instance {inst.instance_id!r} needs image {inst.image_name!r}, "
-            "which is not on this machine; build it (swesmith's profile build_image, or "
-            f"`docker build -t {inst.image_name} ...`) or pull it (`docker pull "
-            f"{inst.image_name}`) first: nothing is pulled from the network here"
+            f"{e}; or build it (swesmith's profile build_image, `docker build -t "
+            f"{inst.image_name} ...`)"
         ) from None
+    return client.images.get(inst.image_name)
 
 
 def _skip_unsafe(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:

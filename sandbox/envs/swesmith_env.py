@@ -9,7 +9,8 @@ extras:
 The agent works in /testbed on the instance branch's tree (the failing tests removed) as the
 one commit of a fresh repository: no history holds the bug diff or the hidden tests. Tools and
 the action format are in `sandbox.envs.tools`. On `submit` (or at max_turns) the diff of the
-work tree is taken, the agent's session given back, and the diff graded in a fresh session on
+work tree is taken (by a git that reads none of the agent's .git configuration, hooks or
+attribute drivers: `sandbox.envs.grader_git`), the agent's session given back, and the diff graded in a fresh session on
 the squashed tree of the bug commit with its tests (see `sandbox.envs.swesmith_eval.evaluate`):
 reward 1 or 0, the reason in metadata["grade"]. Both trees are per-process squashed checkouts
 (`Workspaces`), shared by every env of the instance, so the pool reuses their sessions.
@@ -28,6 +29,7 @@ import hashlib
 import logging
 import re
 import shutil
+import subprocess
 import tempfile
 import threading
 from collections.abc import Callable
@@ -38,6 +40,7 @@ from typing import Any
 from skyrl_gym.envs.base_text_env import ConversationType
 
 from thundersync.sandbox.envs.base import ToolEnv
+from thundersync.sandbox.envs.grader_git import patch_script
 from thundersync.sandbox.envs.swesmith import (
     RecordError,
     SweInstance,
@@ -266,12 +269,29 @@ class SWESmithEnv(ToolEnv):
         return {"instance_id": self.instance.instance_id}
 
     def model_patch(self) -> str:
+        """The diff of the agent's tree against the commit the grader made, by a git that reads
+        none of the agent's repository configuration (`grader_git.patch_script`)."""
         assert self.session is not None
-        r = self.session.exec(
-            "git add -A >/dev/null 2>&1; git diff --cached --no-color HEAD -- . ':(exclude).tsrl'",
-            timeout=60,
-        )
+        base = self._base_commit()
+        r = self.session.exec(patch_script(base, self.session.workdir_inside), timeout=60)
         return r.stdout if r.exit_code == 0 else ""
+
+    def _base_commit(self) -> str:
+        """HEAD of the agent tree's grader-made checkout (on the host, never the agent's .git)."""
+        tree = self._workspaces.get("swe") or self._spec("swe").workdir
+        r = subprocess.run(
+            ["git", "-C", str(tree), "rev-parse", "--verify", "HEAD^{commit}"],
+            capture_output=True,
+            text=True,
+            env={
+                "GIT_CONFIG_NOSYSTEM": "1",
+                "GIT_CONFIG_GLOBAL": "/dev/null",
+                "PATH": DEFAULT_PATH,
+            },
+        )
+        if r.returncode != 0:
+            raise SandboxError(f"{tree}: no base commit for the patch: {r.stderr.strip()[-300:]}")
+        return r.stdout.strip()
 
     def evaluate_patch(self, patch: str) -> Grade:
         """Grade `patch` in a session of its own, reset to the instance branch."""

@@ -7,29 +7,42 @@
   module or package shadowing the runner (`pytest.py`, `_pytest/`, `py.py`), `sitecustomize` /
   `usercustomize` / `.pth` files, or pytest options (`addopts`, `[tool:pytest]`,
   `[tool.pytest...]`, `-p`) in setup.cfg / pyproject.toml / tox.ini / pytest.ini / .pytest.ini;
-- the patch is applied by the harness (git apply, then `--reject`, then `patch --fuzz=5`),
-  every test file is restored to the instance's state, and the repo profile's test command
+- a patch naming a path under `.git` (or `.gitattributes`, `.gitmodules`) in any header is
+  refused; every git the grader runs reads none of the repository's configuration, hooks or
+  attributes drivers (`sandbox.envs.grader_git`);
+- the patch is applied by the harness (git apply, then `--reject`, then `patch --fuzz=5`, with
+  the tree's `.git` moved out of reach), every test file is restored to the instance's state,
+  and the repo profile's test command
   (`sandbox.envs.swesmith_profiles`, pytest) writes a JUnit report to an
   unguessable path outside the repository (`sandbox.envs.junit`): test results come only from
   it, never from the output stream, so printed `PASSED <id>` lines earn nothing; a guard
-  plugin loaded before collection (`sandbox.envs.pytest_guard`) must back every reported pass
-  with its own verdict, so package code that patches pytest at import earns nothing either;
+  plugin (`sandbox.envs.pytest_guard`) must back every reported pass, xfail and skip with its
+  own verdict, so package code that patches pytest at import, or calls `pytest.xfail()` /
+  `pytest.skip()`, earns nothing either. pytest starts from a launcher beside the guard, so the
+  guard is imported before pytest and before any repository module (the repository is put on
+  `sys.path` only then, where `python -m pytest` has it);
+- the scripts run from memory (`bash -c`), never from a file the code under test could rewrite
+  while bash is reading it;
 - reasons say what happened: "n of m FAIL_TO_PASS failed: ...", "apply failed: ...",
   "eval failed before tests ran: <tail>", "patch refused: ...", "the code under test tampered
   with the test runner: ...".
 resolved = every FAIL_TO_PASS test reported passed (XFAIL counts) and no PASS_TO_PASS test failed
 as swesmith counts them (`grade`: missing = passed unless its file failed to collect, skipped =
-not counted).
+not counted); an XFAIL, XPASS or skip counts only where the guard saw the instance's own tests
+(a marker, or a `pytest.skip` / `xfail` call in a test file, conftest or installed package)
+decide it, anything else is a failure.
 """
 
 from __future__ import annotations
 
-import json
 import re
+import secrets
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from thundersync.sandbox.envs.grader_git import APPLY, SAFE_GIT, git_paths
+from thundersync.sandbox.envs.guard_verdict import guard_backed, guard_findings
 from thundersync.sandbox.envs.junit import (
     ReportError,
     Status,
@@ -104,6 +117,7 @@ def runner_edits(patch: str) -> list[str]:
             why.append(f"{path} runs code at interpreter start")
         elif p.name in _CONFIGS and _RUNNER_OPTION.search(chunk):
             why.append(f"{path} changes pytest options")
+    why += [f"{h!r} names git's own files" for h in git_paths(patch)]
     return why
 
 
@@ -150,28 +164,41 @@ def grade(
 
 
 GUARD_SOURCE = (Path(__file__).with_name("pytest_guard.py")).read_bytes()
+LAUNCHER = "tsrl_run_pytest"
+# pytest's entry: the guard is imported first, from the root-only report dir (sys.path[0]), then
+# pytest; the repository goes on sys.path only then (first, as `python -m pytest` has it)
+LAUNCHER_SOURCE = f"""import os, sys
+import {GUARD_MODULE} as guard
+_key = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tsrl_key")
+with open(_key, "rb") as f:
+    guard.set_key(f.read())
+os.unlink(_key)
+import pytest
+if os.environ.pop("TSRL_CWD_FIRST", "") == "1":
+    sys.path.insert(0, os.getcwd())
+sys.exit(pytest.main(sys.argv[1:], plugins=[guard]))
+""".encode()
+_PYTEST_HEAD = re.compile(r"^\s*(?:(?P<py>python[0-9.]*)\s+-m\s+pytest|pytest|py\.test)(?=\s|$)")
 
 
-def guard_findings(guard: bytes | None, statuses: dict[str, Status]) -> list[str]:
-    """Why the guard plugin's own verdict does not back the report (empty: it does): no verdict
-    at all, tampering it saw, or a graded test the report has passed that the guard saw fail or
-    never saw run."""
-    if guard is None:
-        return ["the guard plugin wrote no verdict (the run did not finish as pytest does)"]
-    try:
-        data = json.loads(guard)
-        seen, found = dict(data["tests"]), [str(x) for x in data["tampered"]]
-    except (ValueError, KeyError, TypeError):
-        return ["the guard plugin's verdict is not its own (unreadable)"]
-    for t, st in statuses.items():
-        if st is Status.PASSED and seen.get(t) != "passed":
-            found.append(f"{t} reported passed, but the guard saw it {seen.get(t) or 'not run'}")
-    return found
+def test_command(profile: RepoProfile, files: list[str], report: str) -> str:
+    """The profile's test command; for pytest through the launcher beside the guard."""
+    cmd = profile.command(files, report)
+    guard_dir = shlex.quote(report.rsplit("/", 1)[0])
+    m = _PYTEST_HEAD.match(cmd) if profile.is_pytest else None
+    if m is None:
+        return cmd
+    launch = f"{guard_dir}/{LAUNCHER}.py"
+    head = f"TSRL_CWD_FIRST=1 {m['py']} {launch}" if m["py"] else f"python3 {launch}"
+    return head + cmd[m.end() :]
 
 
-def eval_script(inst: SweInstance, report: str, profile: RepoProfile | None = None) -> str:
+def eval_script(
+    inst: SweInstance, report: str, profile: RepoProfile | None = None, workdir: str = "."
+) -> str:
     """The repo's profile test command on the instance's test files, in the image's Python
-    environment when it has one (SWE-smith's conda env `testbed`)."""
+    environment when it has one (SWE-smith's conda env `testbed`). Run from memory (`bash -c`):
+    a file the code under test can write would be read on by bash after its edit."""
     profile = profile or profile_for(inst)
     files = " ".join(shlex.quote(f) for f in inst.test_files)
     guard_dir = shlex.quote(report.rsplit("/", 1)[0])
@@ -181,26 +208,17 @@ def eval_script(inst: SweInstance, report: str, profile: RepoProfile | None = No
         if profile.is_pytest
         else "# no guard plugin: the runner is not pytest"
     )
-    return f"""#!/bin/bash
+    return f"""exec 2>&1
 set -uxo pipefail
-cd "$(dirname "$0")/.."
-git checkout -q HEAD -- {files}
+cd {shlex.quote(workdir)}
+{SAFE_GIT} checkout -q HEAD -- {files}
 {ACTIVATE}
 {guard}
 : '{START_MARKER}'
-{profile.command(inst.test_files, report)}
+{test_command(profile, inst.test_files, report)}
 rc=$?
 : '{END_MARKER}'
 exit $rc
-"""
-
-
-APPLY = """set -u
-cd "$1"
-if git apply --verbose /tmp/model.patch; then echo APPLIED=git_apply
-elif git apply --verbose --reject /tmp/model.patch; then echo APPLIED=git_apply_reject
-elif patch --batch --fuzz=5 -p1 -i /tmp/model.patch; then echo APPLIED=patch_fuzz
-else echo APPLY_FAILED; exit 1; fi
 """
 
 
@@ -219,12 +237,13 @@ def evaluate(session: Session, inst: SweInstance, model_patch: str, timeout: flo
     patch, dropped = drop_test_edits(model_patch)
     report = report_path(REPORT_DIR)
     profile = profile_for(inst)
-    session.put_file(".tsrl/eval.sh", eval_script(inst, report, profile).encode())
+    key = secrets.token_hex(32).encode()  # signs the guard's verdict (pytest_guard.set_key)
+    workdir = str(session.workdir_inside)
     if patch.strip():
         session.put_file(".tsrl/model.patch", patch.encode())
-        session.put_file(".tsrl/apply.sh", APPLY.encode())
         r = session.exec(
-            f"cp .tsrl/model.patch /tmp/model.patch && bash .tsrl/apply.sh {session.workdir_inside} 2>&1",
+            "cp .tsrl/model.patch /tmp/model.patch && rm -rf .tsrl && "
+            f"bash -c {shlex.quote(APPLY)} apply {shlex.quote(workdir)} /tmp/model.patch 2>&1",
             timeout=120,
         )
         if r.timed_out or r.exit_code != 0:
@@ -233,10 +252,12 @@ def evaluate(session: Session, inst: SweInstance, model_patch: str, timeout: flo
     guard_dir = report.rsplit("/", 1)[0]
     if profile.is_pytest:
         session.put_file(f"{guard_dir}/{GUARD_MODULE}.py", GUARD_SOURCE)
+        session.put_file(f"{guard_dir}/{LAUNCHER}.py", LAUNCHER_SOURCE)
+        session.put_file(f"{guard_dir}/tsrl_key", key)
     # the instance's test files as they are in its bug commit (test edits never survive)
     files = " ".join(shlex.quote(f) for f in inst.test_files)
-    session.exec(f"git checkout -q HEAD -- {files}; rm -f *.rej", timeout=60)
-    r = session.exec("bash .tsrl/eval.sh 2>&1", timeout=timeout)
+    session.exec(f"{SAFE_GIT} checkout -q HEAD -- {files}; rm -f *.rej", timeout=60)
+    r = session.exec(eval_script(inst, report, profile, workdir), timeout=timeout)
     if r.timed_out:
         return Grade(False, 0.0, f"timeout after {timeout}s", dropped_test_edits=dropped)
     data = session.get_file(report)
@@ -259,7 +280,10 @@ def evaluate(session: Session, inst: SweInstance, model_patch: str, timeout: flo
         return Grade(False, 0.0, f"{e}: {_tail(r)}", dropped_test_edits=dropped)
     ids = inst.fail_to_pass + inst.pass_to_pass
     statuses = statuses_for(ids, parsed)
-    tampered = guard_findings(guard, statuses) if profile.is_pytest else []
+    notes: list[str] = []
+    tampered = guard_findings(guard, statuses, key) if profile.is_pytest else []
+    if profile.is_pytest:
+        statuses, notes = guard_backed(guard, statuses, key)
     if tampered:
         why = "; ".join(tampered[:3]) + (
             f" (+{len(tampered) - 3} more)" if len(tampered) > 3 else ""
@@ -276,4 +300,6 @@ def evaluate(session: Session, inst: SweInstance, model_patch: str, timeout: flo
         g.reason = "empty patch; " + g.reason
     if dropped:
         g.reason += f" (test edits discarded: {dropped})"
+    if notes and not g.resolved:
+        g.reason += " (not outcomes the instance's tests expect: " + "; ".join(notes[:3]) + ")"
     return g

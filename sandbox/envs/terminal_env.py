@@ -17,12 +17,14 @@ backend nothing is built and metadata["image_note"] says so (and why the task ma
 from __future__ import annotations
 
 from dataclasses import asdict, replace
+from pathlib import Path
 from typing import Any
 
-from skyrl_gym.envs.base_text_env import ConversationType
+from skyrl_gym.envs.base_text_env import BaseTextEnvStepOutput, ConversationType
 
 from thundersync.sandbox.envs.base import ToolEnv
-from thundersync.sandbox.envs.terminal import TaskError, TerminalTask, load_task
+from thundersync.sandbox.envs.terminal import Step, TaskError, TerminalTask, load_task
+from thundersync.sandbox.envs.terminal_steps import image_app, multi_step_verdict
 from thundersync.sandbox.envs.terminal_verify import Verdict, snapshot_app, verify
 from thundersync.sandbox.envs.tools import TOOL_HELP
 from thundersync.sandbox.executor import Backend, Session
@@ -59,6 +61,10 @@ class TerminalEnv(ToolEnv):
         self.examples = _examples(extras.get("examples") or [])
         self.verdict: Verdict | None = None
         self._image: str | None = None  # the built task image (docker backend), once known
+        self._image_app: Path | None = None  # the image's own /app, unpacked on the host
+        self.reward_key: str | None = extras.get("reward_key")  # the recipe's reward.json key
+        self.step_index = 0  # multi-step: the step the agent works on
+        self.step_verdicts: list[Verdict] = []
 
     def image(self) -> str | None:
         """The task's image on the docker backend (built on first use), else None."""
@@ -67,6 +73,7 @@ class TerminalEnv(ToolEnv):
             client = executor.client  # type: ignore[attr-defined]
             context = self.task.build_context
             self._image = ensure_image(client, self.task.name, context, self.task.dockerfile)
+            self._image_app = image_app(client, self._image)
         return self._image
 
     def image_note(self) -> str:
@@ -104,26 +111,65 @@ class TerminalEnv(ToolEnv):
 
     def open_session(self) -> Session:
         spec = self.task.session_spec(self.image())
+        if self._image is not None:  # /app as the Dockerfile built it (its app/ only if copied)
+            spec = replace(spec, workdir=self._image_app)
         user = self.agent_user()
         return self.acquire_session(replace(spec, exec_user=user) if user else spec)
 
     def start(self) -> dict[str, Any]:
         self.verdict = None
+        self.step_index, self.step_verdicts = 0, []
         meta = {"task": self.task.name, "layout": self.task.layout.value}
         return meta | {"image": self._image, "image_note": self.image_note()}
 
-    def finish(self, note: str) -> tuple[float, dict[str, Any]]:
+    def _verify(self, step: Step | None, keep_session: bool) -> Verdict:
+        """Pack the agent's /app and verify it in a fresh session. The last (or only) step
+        gives the agent's session back first; a multi-step task's earlier steps keep it (the
+        trajectory goes on) and verify in a session opened outside the pool (an env holding
+        two pooled leases could wait on itself)."""
         assert self.session is not None
         app = snapshot_app(self.session)
-        self.release_session()  # every agent process gone; an env never holds two leases
+        if not keep_session:
+            self.release_session()  # every agent process gone; an env never holds two leases
         if app is None:
-            self.verdict = Verdict(0.0, "could not pack the agent's /app for the verifier")
+            return Verdict(0.0, "could not pack the agent's /app for the verifier")
+        spec = self.task.verify_spec(self._image)
+        if self.pool.backend is Backend.LOCAL:
+            # no root and a read-only / here: the directories TB1 / Harbor verifiers write
+            # outside /app (what a root verifier would create) are writable scratch instead
+            spec = replace(spec, scratch=(*spec.scratch, *LOCAL_VERIFIER_DIRS))
+        if keep_session:
+            s = self.pool.executor.open(spec)
+            try:
+                return verify(s, self.task, app, self.reward_key, step)
+            finally:
+                s.close()
+        with self.pool.acquire(spec) as s:
+            return verify(s, self.task, app, self.reward_key, step)
+
+    def _finish(self, note: str) -> BaseTextEnvStepOutput:
+        steps = self.task.steps
+        if not steps or note != "submit" or self.step_index >= len(steps) - 1:
+            return super()._finish(note)
+        step = steps[self.step_index]
+        v = self._verify(step, keep_session=True)
+        self.step_verdicts.append(v)
+        if step.min_reward is not None and v.reward < step.min_reward:
+            return super()._finish("min_reward")  # Harbor's early stop; later steps earn 0
+        self.step_index += 1
+        nxt = steps[self.step_index]
+        return self.observe(f"Step {self.step_index + 1} of {len(steps)}:\n{nxt.instruction}")
+
+    def finish(self, note: str) -> tuple[float, dict[str, Any]]:
+        steps = self.task.steps
+        if not steps:
+            self.verdict = self._verify(None, keep_session=False)
+            meta = {"verdict": asdict(self.verdict), "task": self.task.name}
+            return self.verdict.reward, meta | {"scores": dict(self.verdict.scores)}
+        if note != "min_reward":
+            self.step_verdicts.append(self._verify(steps[self.step_index], keep_session=False))
         else:
-            spec = self.task.verify_spec(self._image)
-            if self.pool.backend is Backend.LOCAL:
-                # no root and a read-only / here: the directories TB1 / Harbor verifiers write
-                # outside /app (what a root verifier would create) are writable scratch instead
-                spec = replace(spec, scratch=(*spec.scratch, *LOCAL_VERIFIER_DIRS))
-            with self.pool.acquire(spec) as s:
-                self.verdict = verify(s, self.task, app)
-        return self.verdict.reward, {"verdict": asdict(self.verdict), "task": self.task.name}
+            self.release_session()
+        self.verdict = multi_step_verdict(self.task, self.step_verdicts)
+        meta = {"verdict": asdict(self.verdict), "task": self.task.name}
+        return self.verdict.reward, meta | {"scores": dict(self.verdict.scores)}

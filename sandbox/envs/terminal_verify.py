@@ -8,12 +8,13 @@ and the task's own test files copied in (an agent-written conftest.py, run-tests
 never gets there), /logs/verifier is created empty (a pre-written reward.txt / reward.json of
 the agent cannot exist there), and the verifier runs with `PYTHONSAFEPATH=1` and
 `PYTHONNOUSERSITE=1` (an agent's /app/pytest.py or sitecustomize.py is not importable by the
-test runner), `-p no:cacheprovider`. On the docker backend the verifier's execs run as root
+test runner), `-p no:cacheprovider`; the script runs from memory and a process outliving it
+voids the verdict (`terminal_reward`). On the docker backend the verifier's execs run as root
 (`verify_spec`: TB1 / Harbor runners expect it) and the restored /app is root's (set-id bits
 dropped); on the local backend they run as uid 65534 and /app stays the sandbox user's.
 TB1 / SETA results come from a JUnit report pytest writes to an unguessable path
 (`PYTEST_ADDOPTS=--junitxml=...`), never from lines of the output; Harbor rewards from the
-reward file the verifier wrote: a value outside [0, 1] or not finite is a verifier error (reward
+reward file the verifier wrote (reward.txt first, then reward.json, as Harbor reads them): a value outside [0, 1] or not finite is a verifier error (reward
 0 with a reason naming the file), never clamped. A Harbor task with weights.json (SETA's current
 layout) earns passed weight / total weight from the CTRF report its test.sh writes to
 /logs/verifier/ctrf.json (`sandbox.envs.ctrf`; its binary reward.txt is then not used); no report,
@@ -24,11 +25,8 @@ Failing reasons end with the verifier output.
 
 from __future__ import annotations
 
-import json
-import math
 import shlex
 from dataclasses import dataclass, field
-from typing import Any
 
 from thundersync.sandbox.envs import ctrf
 from thundersync.sandbox.envs.junit import (
@@ -39,7 +37,17 @@ from thundersync.sandbox.envs.junit import (
     parse_junit,
     report_path,
 )
-from thundersync.sandbox.envs.terminal import APP, TerminalTask
+from thundersync.sandbox.envs.terminal import APP, Step, TerminalTask
+from thundersync.sandbox.envs.terminal_reward import (
+    REWARD_JSON,
+    REWARD_TXT,
+    leftovers,
+    network_hint,
+    new_nonce,
+    parse_reward_json,
+    parse_reward_txt,
+    runner,
+)
 from thundersync.sandbox.executor import ExecResult, Session
 
 SNAPSHOT = "/logs/.tsrl-app.tar"
@@ -49,7 +57,7 @@ DEFAULT_TB1_RUNNER = """#!/bin/bash
 cd /app 2>/dev/null || cd /
 python3 -m pytest -rA "$TEST_DIR/test_outputs.py"
 """
-REWARD_FILES = ("/logs/verifier/reward.json", "/logs/verifier/reward.txt")
+REWARD_FILES = (REWARD_TXT, REWARD_JSON)  # Harbor's order
 
 
 @dataclass
@@ -57,6 +65,7 @@ class Verdict:
     reward: float
     reason: str
     tests: dict[str, str] = field(default_factory=dict)
+    scores: dict[str, float] = field(default_factory=dict)  # Harbor's named scores (reward.json)
 
 
 def _tail(r: ExecResult, n: int = 600) -> str:
@@ -72,7 +81,9 @@ def snapshot_app(session: Session) -> bytes | None:
     return data if data and r.exit_code in (0, 1) else None
 
 
-def _prepare(session: Session, task: TerminalTask, app_tar: bytes | None) -> None:
+def _prepare(
+    session: Session, task: TerminalTask, app_tar: bytes | None, step: Step | None = None
+) -> None:
     session.exec("rm -rf /tests/* /tests/.[!.]* /logs/* /logs/.[!.]*", timeout=60)
     if app_tar is not None:
         session.put_file(SNAPSHOT, app_tar)
@@ -87,21 +98,45 @@ def _prepare(session: Session, task: TerminalTask, app_tar: bytes | None) -> Non
         )
         if r.exit_code != 0:
             raise ReportError(f"could not restore the agent's /app: {_tail(r)}")
-    tests = task.path / "tests"
-    for f in sorted(tests.rglob("*")) if tests.is_dir() else []:
-        if f.is_file() and "__pycache__" not in f.parts:
-            session.put_file(f"/tests/{f.relative_to(tests)}", f.read_bytes())
+    # a step's tests/ goes over the task's (Harbor: same-named files of the step win)
+    layers = [task.path / "tests", *([step.tests] if step and step.tests else [])]
+    for tests in layers:
+        for f in sorted(tests.rglob("*")) if tests.is_dir() else []:
+            if f.is_file() and "__pycache__" not in f.parts:
+                session.put_file(f"/tests/{f.relative_to(tests)}", f.read_bytes())
     if task.layout.value == "tb1":
         runner = task.verifier.read_bytes() if task.verifier else DEFAULT_TB1_RUNNER.encode()
         session.put_file("/tests/run-tests.sh", runner)
     session.exec("rm -rf /logs/verifier && mkdir -p /logs/verifier", timeout=60)
 
 
-def verify(session: Session, task: TerminalTask, app_tar: bytes | None = None) -> Verdict:
+def verify(
+    session: Session,
+    task: TerminalTask,
+    app_tar: bytes | None = None,
+    reward_key: str | None = None,
+    step: Step | None = None,
+) -> Verdict:
     """Run the task's verifier in `session` (a fresh one: see the module doc) on the agent's
-    /app `app_tar` and compute the reward in [0, 1]."""
+    /app `app_tar` and compute the reward in [0, 1]; `reward_key` (the recipe's) overrides the
+    task's choice of a reward.json key."""
+    verdict = _verify(session, task, app_tar, reward_key or task.reward_key, step)
+    if verdict.reward < 1.0:
+        verdict.reason += network_hint(verdict.reason, task.verifier_network_on)
+    if task.network_note:
+        verdict.reason += f" [note: {task.network_note}]"
+    return verdict
+
+
+def _verify(
+    session: Session,
+    task: TerminalTask,
+    app_tar: bytes | None,
+    reward_key: str | None,
+    step: Step | None,
+) -> Verdict:
     try:
-        _prepare(session, task, app_tar)
+        _prepare(session, task, app_tar, step)
     except ReportError as e:
         return Verdict(0.0, str(e))
     report = report_path()
@@ -110,14 +145,19 @@ def verify(session: Session, task: TerminalTask, app_tar: bytes | None = None) -
     )
     env = {**VERIFY_ENV, "PYTEST_ADDOPTS": addopts}
     script = "/tests/run-tests.sh" if task.layout.value == "tb1" else "/tests/test.sh"
-    r = session.exec(f"bash {script} 2>&1", timeout=task.test_timeout, env=env)
+    nonce = new_nonce()
+    timeout = step.test_timeout if step else task.test_timeout
+    r = session.exec(runner(script, nonce), timeout=timeout, env=env)
     if r.timed_out:
-        return Verdict(0.0, f"verifier timeout after {task.test_timeout}s: {_tail(r)}")
+        return Verdict(0.0, f"verifier timeout after {timeout}s: {_tail(r)}")
+    r, void = leftovers(r, nonce)
+    if void:  # the exec's cleanup killed them; nothing they wrote is read
+        return Verdict(0.0, f"{void}: {_tail(r)}")
     if task.layout.value == "tb1":
         return _tb1_verdict(session, task, report, r)
     if task.weights:
         return ctrf_verdict(session, task.weights, r)
-    return read_reward(session, r)
+    return read_reward(session, r, reward_key)
 
 
 def _tb1_verdict(session: Session, task: TerminalTask, report: str, r: ExecResult) -> Verdict:
@@ -175,48 +215,24 @@ def ctrf_verdict(session: Session, weights: dict[str, float], r: ExecResult) -> 
     return Verdict(got / total, reason if got == total else f"{reason}: {_tail(r)}", statuses)
 
 
-def _checked(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ReportError(f"verifier error: {where} holds {value!r}, not a number")
-    if not math.isfinite(value) or not 0.0 <= value <= 1.0:
-        raise ReportError(
-            f"verifier error: {where} holds {value!r}; a reward must be a finite number in [0, 1]"
-        )
-    return float(value)
-
-
-def read_reward(session: Session, r: ExecResult) -> Verdict:
-    """Harbor: /logs/verifier/reward.json ("reward", else the mean of its numbers) or
-    reward.txt (one float), as the verifier wrote it."""
-    json_path, txt_path = REWARD_FILES
+def read_reward(session: Session, r: ExecResult, key: str | None = None) -> Verdict:
+    """Harbor: /logs/verifier/reward.txt (one number), else reward.json (named scores, the
+    training reward chosen as `terminal_reward.parse_reward_json` says), as the verifier wrote
+    them (read after every other process is gone)."""
     try:
-        raw = session.get_file(json_path)
+        raw = session.get_file(REWARD_TXT)
         if raw is not None:
-            try:
-                data = json.loads(raw)
-            except ValueError:
-                raise ReportError(f"verifier error: {json_path} is not valid JSON") from None
-            if not isinstance(data, dict) or not data:
-                raise ReportError(f"verifier error: {json_path} must be a non-empty JSON object")
-            if "reward" in data:
-                value = _checked(data["reward"], f"{json_path} key 'reward'")
-            else:
-                nums = [_checked(v, f"{json_path} key {k!r}") for k, v in data.items()]
-                value = sum(nums) / len(nums)
-            return _harbor(value, json_path, r)
-        raw = session.get_file(txt_path)
+            value = parse_reward_txt(raw)
+            return _harbor(value, "reward.txt", r, {"reward": value})
+        raw = session.get_file(REWARD_JSON)
         if raw is None:
             return Verdict(0.0, f"verifier wrote no reward (exit {r.exit_code}): {_tail(r)}")
-        text = raw.decode("utf-8", "replace").strip()
-        try:
-            number = float(text)
-        except ValueError:
-            raise ReportError(f"verifier error: {txt_path} is not a float: {text[:50]!r}") from None
-        return _harbor(_checked(number, txt_path), txt_path, r)
+        value, scores, how = parse_reward_json(raw, key)
+        return _harbor(value, f"reward.json ({how})", r, scores)
     except ReportError as e:
         return Verdict(0.0, f"{e}: {_tail(r)}")
 
 
-def _harbor(value: float, path: str, r: ExecResult) -> Verdict:
-    name = path.rsplit("/", 1)[1]
-    return Verdict(value, name if value == 1.0 else f"{name}: {value:g}: {_tail(r)}")
+def _harbor(value: float, name: str, r: ExecResult, scores: dict[str, float]) -> Verdict:
+    reason = name if value == 1.0 else f"{name}: {value:g}: {_tail(r)}"
+    return Verdict(value, reason, scores=scores)

@@ -102,7 +102,7 @@ def test_terminal_sessions_come_from_the_pool_and_are_reused_fresh(
     assert "mine.txt" not in second.session.exec("ls -A").stdout  # reset in between
     done = second.step("<tool>submit</tool>")
     assert done["done"] and done["reward"] == 0.0 and done["metadata"]["end"] == "submit"
-    assert set(done["metadata"]) == {"verdict", "task", "end"}
+    assert set(done["metadata"]) == {"verdict", "task", "end", "scores"}  # scores: named rewards
     second.close()
 
 

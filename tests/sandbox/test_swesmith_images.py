@@ -131,9 +131,9 @@ def test_profiles_registry_defaults_and_swesmith_mirrors() -> None:
     try:
         assert profile_for("swesmith/acme__custom-repo.0123abcd") is custom
         script = eval_script(replace(INST, repo="acme/custom-repo"), "/logs/r/junit.xml")
-        assert (
-            "pytest -x -p no:cacheprovider -p tsrl_pytest_guard --junitxml=/logs/r/junit.xml tests/"
-            in script
+        assert (  # pytest starts from the grader's launcher, beside the guard
+            "python3 /logs/r/tsrl_run_pytest.py -x -p no:cacheprovider -p tsrl_pytest_guard "
+            "--junitxml=/logs/r/junit.xml tests/" in script
         )
         assert "TSRL_GUARD_OUT=/logs/r/guard.json" in script
         assert "conda activate testbed" in script  # the image's env when it has one

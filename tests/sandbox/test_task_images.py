@@ -18,7 +18,13 @@ from thundersync.sandbox.envs.terminal_env import TerminalEnv
 from thundersync.sandbox.executor import SandboxError, SessionSpec
 from thundersync.sandbox.local import LocalExecutor
 
-IMAGE_FIXTURES = ("tb1-image-seed", "harbor-image-tool", "seta-image-numbers")
+IMAGE_FIXTURES = (
+    "tb1-image-seed",
+    "harbor-image-tool",
+    "seta-image-numbers",
+    "tb1-nonroot-user",
+    "tb1-app-not-copied",
+)
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +95,7 @@ def test_image_fixtures_gold_one_noop_zero_on_docker_with_root_verifier(
 ) -> None:
     details = [check_terminal(TERMINAL_DIR / name, docker_executor) for name in IMAGE_FIXTURES]
     summary = summarize(details)
-    assert summary["gold_ok"] == summary["noop_ok"] == 3, details
+    assert summary["gold_ok"] == summary["noop_ok"] == len(IMAGE_FIXTURES), details
     assert {d["kind"] for d in details} == {"tb1", "harbor"}
     # the same built image serves the agent's and the verifier's sessions
     task = load_task(TERMINAL_DIR / "tb1-image-seed")

@@ -121,8 +121,8 @@ def test_harbor_memory_strings_steps_and_missing_solution(tmp_path: Path) -> Non
     shutil.rmtree(h / "solution")
     assert load_task(h).solution is None  # loads for training; the gold check says so
     (h / "task.toml").write_text(body + '\n[[steps]]\nname = "one"\n')
-    with pytest.raises(TaskError, match="multi-step tasks are not supported"):
-        load_task(h)
+    with pytest.raises(TaskError, match=r"steps/one/instruction.md: missing"):
+        load_task(h)  # multi-step tasks load (test_terminal_harness); each step needs its folder
 
 
 def test_weight_naming_no_test_is_an_error_naming_it(tmp_path: Path) -> None:

@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from thundersync.sandbox.envs.fixtures import SWESMITH_INSTANCES, TERMINAL_DIR
+
 Headers = Callable[[str], dict[str, str]]
 RUNS, MODELS, SETS = "/api/v1/runs", "/api/v1/models", "/api/v1/task-sets"
 MARKER = "tsrl-never-touch"
@@ -108,7 +110,10 @@ def test_a_second_user_cannot_use_the_first_ones_artifacts(
     alice, bob = new_token("alice"), new_token("bob")
     model = _upload_model(client, alice, "weights")
     tasks = client.post(SETS, json={"name": "mine", "kind": "seta"}, headers=alice).json()
-    client.put(f"{SETS}/{tasks['id']}/files/t1/task.yaml", content=b"x: 1\n", headers=alice)
+    task = TERMINAL_DIR / "tb1-hello-file"  # a runnable task: POST /runs checks the set
+    for f in ("task.yaml", "run-tests.sh", "solution.sh", "tests/test_outputs.py"):
+        url = f"{SETS}/{tasks['id']}/files/t1/{f}"
+        client.put(url, content=(task / f).read_bytes(), headers=alice)
     # alice: by name and by id; the stored config holds the artifact's path in the data dir
     own = _run(client, alice, model={"path": "weights"})
     assert own.status_code == 201, own.text
@@ -175,7 +180,8 @@ def test_task_set_must_fit_the_env_and_have_tasks(
     assert "swe-smith set" in msg
     msg = _field_422(_run(client, h, env={"name": "swe-smith", "tasks": "swe"}), "env", "tasks")
     assert "no tasks are uploaded" in msg
-    client.put(f"{SETS}/{swe['id']}/files/instances.jsonl", content=b'{"a": 1}\n', headers=h)
+    record = SWESMITH_INSTANCES.read_text().splitlines()[0] + "\n"  # POST /runs checks the set
+    client.put(f"{SETS}/{swe['id']}/files/instances.jsonl", content=record.encode(), headers=h)
     res = _run(client, h, env={"name": "swe-smith", "tasks": "swe"})
     assert res.status_code == 201, res.text
     assert res.json()["config"]["env"]["tasks"].endswith(f"{swe['id']}/instances.jsonl")

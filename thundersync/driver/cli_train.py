@@ -34,11 +34,13 @@ def train(
     from thundersync.config import ConfigError, load_config_arg, parse_set_overrides
     from thundersync.driver.run import EXIT_CANCELLED, RunDriver
     from thundersync.rundir import RunStatus
+    from thundersync.sandbox.envs.taskset_check import TaskSetError, check_before_start
 
     try:
         cfg = load_config_arg(config, parse_set_overrides(set_))
         run_bus_kind(bus, on_ray=ray is not None)  # refused here, before anything starts
-    except (ConfigError, BusError) as e:
+        check_before_start(cfg)  # every task runnable on env.sandbox (images: docker)
+    except (ConfigError, BusError, TaskSetError) as e:
         typer.echo(f"invalid config: {e}", err=True)
         raise typer.Exit(2) from None
     from huggingface_hub.utils import disable_progress_bars

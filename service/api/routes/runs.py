@@ -77,6 +77,27 @@ def resolve_config(run_in: RunCreate, session: SessionDep, token: Token) -> Any:
         ) from None
 
 
+def refuse_unrunnable_tasks(config: Any) -> None:
+    """422, one error per task, when a task of the run's set cannot run on its backend
+    (`sandbox.envs.taskset_check`; images are checked again with the engine when it starts)."""
+    from thundersync.sandbox.envs.taskset_check import check_task_set
+
+    problems, total = check_task_set(config)
+    if problems:
+        loc: list[str | int] = ["body", "config", "env", "tasks"]
+        backend = str(config.env.sandbox)
+        detail = [
+            {
+                "loc": loc,
+                "msg": f"env.tasks: task {p.task!r} cannot run on the {backend} backend "
+                f"({len(problems)} of {total} cannot): {p.reason}",
+                "type": "task_set_error",
+            }
+            for p in problems[:50]
+        ]
+        raise HTTPException(status_code=status.HTTP_422_UNPROCESSABLE_CONTENT, detail=detail)
+
+
 def recipe_not_found(name: str, session: SessionDep, token: Token) -> str:
     """What the service takes by name (the CLI's message also offers .yaml paths; not here)."""
     rows, _ = crud_recipes.list_recipes(session=session, token=token, skip=0, limit=50)
@@ -120,6 +141,7 @@ def create_run(
         config = resolve_run_artifacts(session, settings, token, config)
     except ArtifactError as err:
         raise config_error(str(err), ["config", *err.field.split(".")]) from None
+    refuse_unrunnable_tasks(config)
     limit = crud.run_quota(token=token, default=settings.max_active_runs_per_token)
     if limit:
         crud.lock_token(session=session, token=token)  # one submission per token at a time (PG)
