@@ -5,7 +5,8 @@ slow `env.step` (a sandboxed shell command, a test run) never stops other trajec
 generating. The environment (any skyrl-gym `BaseTextEnv`) parses the tool call out of the action
 text; a malformed call comes back as an error observation and is counted when the env marks it in
 `metadata` (`malformed_tool_call: True`, see docs/CONTRACTS.md). A trajectory ends when the env
-says done (submit), after `max_turns`, or when the token budget is spent.
+says done (submit), after `max_turns`, or when the token budget is spent; the done step's
+metadata becomes the trajectory's (`Trajectory.metadata`: e.g. a terminal env's named `scores`).
 
 When a teacher is given (OPD), each turn's action is scored while its tool call runs, and
 `on_turn_completed` fires as soon as the action tokens (and their teacher scores) are fixed: that
@@ -209,6 +210,7 @@ class AgentLoop:
                 traj.malformed_calls += int(turn.malformed)
                 if out.get("done"):
                     traj.stop_reason = "done"
+                    traj.metadata = dict(out.get("metadata") or {})
                     break
                 obs = list(out.get("observations") or [])
                 for m in obs:

@@ -256,6 +256,10 @@ class UpdatePublic(BaseModel):
     drop_reasons: dict[str, int] | None = Field(
         None, description="dropped trajectories by reason (error type: first line)"
     )
+    # named scores (metrics.jsonl score/<name>, kept in `extra`); None: the tasks report none
+    scores: dict[str, float] | None = Field(
+        None, description="terminal tasks' named scores (reward.json): the update's mean of each"
+    )
 
     @model_validator(mode="after")
     def _typed_extra(self) -> UpdatePublic:
@@ -273,6 +277,13 @@ class UpdatePublic(BaseModel):
             self.drop_reasons = {
                 str(k): int(v) for k, v in reasons.items() if isinstance(v, int | float)
             }
+        named = {
+            k.removeprefix("score/"): float(v)
+            for k, v in self.extra.items()
+            if k.startswith("score/") and isinstance(v, int | float) and not isinstance(v, bool)
+        }
+        if self.scores is None and named:
+            self.scores = named
         return self
 
 

@@ -87,6 +87,12 @@ class EnvConfig(_Section):
         "in '*' matches by prefix and a value ending in '*' gets the rest, e.g. "
         "{'ghcr.io/laude-institute/t-bench/*': 'localhost/t-bench/*'} (sandbox.images)",
     )
+    reward_key: str | None = Field(
+        None,
+        description="terminal env: the reward.json key trained on (overrides task.toml "
+        "[verifier] reward_key); a task whose reward.json lacks it earns 0 with the reason. "
+        "Every named score is a metric either way (metrics.jsonl score/<name>)",
+    )
     image_pull: bool = Field(
         False,
         description="docker backend: pull a published image that is neither local nor mapped "
@@ -109,6 +115,16 @@ class EnvConfig(_Section):
                     "(image references without spaces; a '*' only at the end, and in the value "
                     "only when the key has one), e.g. {'swesmith.x86_64.*': 'localhost/swe/*'}"
                 )
+        if self.reward_key is not None and not self.reward_key.strip():
+            raise ValueError(
+                "env.reward_key is empty: give a reward.json key (e.g. 'correct') or remove "
+                "env.reward_key (the task's [verifier] reward_key is used then)"
+            )
+        if self.reward_key is not None and self.name is not EnvName.TERMINAL:
+            raise ValueError(
+                f"env.reward_key: only env.name=terminal reads it (env.name is "
+                f"{self.name.value}); remove env.reward_key"
+            )
         if self.examples and self.name is not EnvName.TERMINAL:
             raise ValueError(
                 f"env.examples: only env.name=terminal reads them (env.name is "

@@ -11,7 +11,8 @@ process-wide session pool is at least that big, see `sandbox.envs.base`).
 - terminal   one `tsrl-terminal` task per task directory under `env.tasks` (a path,
              or a built-in set: `terminal-easy`; default: the fixtures, on the local backend
              without those whose Dockerfile adds to the image, which only the docker backend
-             builds: `sandbox.images.local_gap`); `env.examples` go to every task's prompt
+             builds: `sandbox.images.local_gap`); `env.examples` go to every task's prompt,
+             `env.reward_key` (the reward.json key trained on) to every task's verifier
 Config validation already rejects an unknown `env.name`; a name without an entry here is a bug
 (the test suite checks every `EnvName` has one).
 """
@@ -79,6 +80,8 @@ def terminal_tasks(cfg: RunConfig) -> list[TaskRef]:
     extras = _sandbox_extras(cfg) | {"max_turns": cfg.rollout.max_turns}
     if cfg.env.examples:  # plain dicts: extras cross to Ray workers
         extras["examples"] = [e.model_dump() for e in cfg.env.examples]
+    if cfg.env.reward_key is not None:  # the recipe's choice wins over task.toml's
+        extras["reward_key"] = cfg.env.reward_key
     return [TaskRef(d.name, EnvId.TERMINAL.value, extras | {"task": str(d)}) for d in dirs]
 
 

@@ -14,7 +14,8 @@
   reward.json ({name: number}). Every numeric key of reward.json is kept as a named score
   (`Verdict.scores`); the training reward is the key chosen by the recipe (env extras
   `reward_key`), else by the task (task.toml `[verifier] reward_key`, a ThunderSync field Harbor
-  ignores), else "reward", else the only key, else the mean of the keys (the reason says so).
+  ignores), else "reward", else the only key, else the mean of the keys (the reason says so). A
+  reward.json without the chosen key earns 0 (its scores still kept), the reason naming the key.
 """
 
 from __future__ import annotations
@@ -129,11 +130,12 @@ def parse_reward_json(raw: bytes, key: str | None) -> tuple[float, dict[str, flo
         if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
     }
     if key is not None:
-        if key not in data:
-            raise ReportError(
-                f"verifier error: {REWARD_JSON} has no key {key!r} (the reward_key chosen); "
-                f"it has {sorted(data)}"
+        if key not in data:  # 0, never another score; the named scores are still reported
+            how = (
+                f"no key {key!r}, the reward_key chosen (env.reward_key, else task.toml "
+                f"[verifier] reward_key); it has {sorted(data)}"
             )
+            return 0.0, scores, how
         return checked(data[key], f"{REWARD_JSON} key {key!r}"), scores, key
     if "reward" in data:
         return checked(data["reward"], f"{REWARD_JSON} key 'reward'"), scores, "reward"

@@ -39,6 +39,8 @@ class UpdateTally:
     tokens: int = 0
     rewards: list[float] = field(default_factory=list)
     drops: dict[str, Any] = field(default_factory=dict)  # driver.failures.DropBook.metrics()
+    # named scores (a terminal verifier's reward.json) of the trajectories that reported them
+    scores: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def reward_mean(self) -> float:
@@ -88,6 +90,8 @@ class SourceEmitter:
 
     def on_reward_ready(self, traj: Trajectory, reward: float) -> None:
         self.tally.rewards.append(reward)
+        for name, value in (traj.metadata.get("scores") or {}).items():
+            self.tally.scores.setdefault(str(name), []).append(float(value))
 
     def on_trajectory_completed(self, traj: Trajectory) -> None:
         self.tally.tokens += len(traj.response_ids)

@@ -101,6 +101,8 @@ def update_record(
         "dropped_groups": 0,
     }
     rec.update(tally.drops)
+    # named scores (terminal reward.json): score/<name> = mean over the trajectories reporting it
+    rec.update({f"score/{k}": sum(v) / len(v) for k, v in sorted(tally.scores.items()) if v})
     if cfg.objective is Objective.OPD:  # the distillation signal (the learner's, all ranks)
         rec["kl_mean"] = stats.kl_mean if stats is not None else 0.0
         rec["distill_loss"] = stats.distill_loss if stats is not None else 0.0

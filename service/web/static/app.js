@@ -164,6 +164,7 @@ function applyUpdates(rows) {
   $("mfu").textContent = fmtPct(last.mfu);
   $("reward").textContent = fmtNum(last.reward_mean);
   applyDrops(u);
+  applyScores(last);
   refreshSpeedup();
 }
 
@@ -176,6 +177,13 @@ function applyDrops(u) {
   el.textContent = `${sum("dropped_trajectories")} / ${sum("dropped_groups")}`;
   const why = Object.entries(reasons).map(([k, n]) => `${k}: ${n}`).join("\n");
   el.title = why ? `dropped by reason:\n${why}` : "nothing dropped (rollout.on_failure: drop)";
+}
+
+// named scores (terminal reward.json) of the last update: "name value" each, hidden when none
+function applyScores(last) {
+  const named = Object.entries(last.scores || {});
+  $("scores-card").hidden = !named.length;
+  $("scores").textContent = named.map(([k, v]) => `${k} ${fmtNum(v)}`).join(" · ");
 }
 
 // OPD: KL per update, and the time-to-target card on KL (reached at kl_mean <= target); until the
