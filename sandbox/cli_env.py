@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import sys
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -42,6 +47,25 @@ def _fail(msg: str, json_out: bool, backend: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
+@contextlib.contextmanager
+def _stdout_to_stderr(on: bool) -> Iterator[None]:
+    """With --json, stdout is the one JSON object: while tasks run, anything printed (by Python
+    or by a child process writing to fd 1) goes to stderr instead."""
+    if not on:
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 @env_app.command("check")
 def check(
     task_path: str = typer.Argument(
@@ -60,7 +84,7 @@ def check(
     ),
     pull: bool = typer.Option(False, "--pull", help="docker: pull missing unmapped images"),
     json_out: bool = typer.Option(
-        False, "--json", help="print one JSON object (errors too); --hacks: one line per hack"
+        False, "--json", help="print one JSON object (errors too; --hacks: every hack in it)"
     ),
 ) -> None:
     """Gold must earn 1 and a no-op 0 (--hacks: every hack must be defeated); exit 1 otherwise
@@ -86,11 +110,13 @@ def check(
     if not all_ and not task_path:
         raise _fail("give a TASK_PATH or --all", json_out, backend)
     try:
-        ex = get_executor(backend)
-        if all_:
-            details = check_all(ex)
-        else:
-            details = check_path(Path(task_path), ex, Path(repos_dir) if repos_dir else None)
+        with _stdout_to_stderr(json_out):
+            ex = get_executor(backend)
+            if all_:
+                details = check_all(ex)
+            else:
+                repos = Path(repos_dir) if repos_dir else None
+                details = check_path(Path(task_path), ex, repos)
     except (RecordError, TaskError, SandboxError, OSError) as e:
         raise _fail(str(e), json_out, backend) from None
     except Exception as e:  # a bug: its traceback on stderr, still one JSON object on stdout
@@ -118,29 +144,42 @@ def check(
         raise typer.Exit(1)
 
 
+_HACK_KEYS = ("name", "task", "kind", "reward", "defeated", "reason", "seconds")
+
+
 def _check_hacks(backend: str, json_out: bool) -> None:
-    """`--hacks`: one line per hack (JSON with --json), the summary last; exit 1 unless every
-    hack is defeated."""
+    """`--hacks`: one line per hack and the summary (with --json: one JSON object on stdout, a
+    progress line per hack on stderr as it ends); exit 1 unless every hack is defeated."""
+    import threading
+
     from thundersync.sandbox.backends import get_executor
     from thundersync.sandbox.envs.hacks import run_hacks, summarize
     from thundersync.sandbox.executor import SandboxError
 
+    lock = threading.Lock()
+
+    def progress(d: dict[str, Any]) -> None:  # worker threads: one whole line at a time
+        with lock:
+            verdict = "defeated" if d["defeated"] else "NOT DEFEATED"
+            typer.echo(f"{d['name']:<28} reward={d['reward']}  {verdict}", err=True)
+
     try:
-        details = run_hacks(get_executor(backend))
+        with _stdout_to_stderr(json_out):
+            details = run_hacks(get_executor(backend), on_done=progress if json_out else None)
     except SandboxError as e:
         raise _fail(str(e), json_out, backend) from None
+    except Exception as e:  # a bug: its traceback on stderr, still one JSON object on stdout
+        traceback.print_exc()
+        raise _fail(f"{type(e).__name__}: {e}", json_out, backend) from None
     summary = summarize(details)
-    for d in details:
-        if json_out:
-            typer.echo(
-                json.dumps({k: d[k] for k in ("name", "task", "reward", "defeated", "reason")})
-            )
-        else:
+    ok = summary["defeated"] == summary["total"]
+    if json_out:
+        hacks = [{k: d[k] for k in _HACK_KEYS} for d in details]
+        typer.echo(json.dumps({"ok": ok, "backend": backend, **summary, "hacks": hacks}))
+    else:
+        for d in details:
             verdict = "defeated" if d["defeated"] else "NOT DEFEATED"
             typer.echo(f"{d['name']:<28} {d['task']:<28} reward={d['reward']}  {verdict}")
-    if json_out:
-        typer.echo(json.dumps(summary | {"backend": backend}))
-    else:
-        typer.echo(f"{summary['defeated']}/{summary['hacks']} hacks defeated")
-    if summary["defeated"] != summary["hacks"]:
+        typer.echo(f"{summary['defeated']}/{summary['total']} hacks defeated")
+    if not ok:
         raise typer.Exit(1)

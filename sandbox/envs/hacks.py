@@ -12,6 +12,7 @@ them.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -79,7 +80,9 @@ def _crashed(hack: Hack, e: Exception) -> dict[str, Any]:
     }
 
 
-def _run_group(hacks: list[Hack], executor: Executor) -> list[dict[str, Any]]:
+def _run_group(
+    hacks: list[Hack], executor: Executor, on_done: Callable[[dict[str, Any]], None] | None
+) -> list[dict[str, Any]]:
     """The hacks of one target in one env, one after another (its sessions come back warm from
     the pool; a task image is built once)."""
     env: ToolEnv | None = None
@@ -91,6 +94,8 @@ def _run_group(hacks: list[Hack], executor: Executor) -> list[dict[str, Any]]:
                 out.append(run_hack(hack, env))
             except Exception as e:  # report it and run the rest
                 out.append(_crashed(hack, e))
+            if on_done is not None:
+                on_done(out[-1])
     finally:
         if env is not None:
             env.close()
@@ -98,16 +103,20 @@ def _run_group(hacks: list[Hack], executor: Executor) -> list[dict[str, Any]]:
 
 
 def run_hacks(
-    executor: Executor, hacks: list[Hack] | None = None, workers: int = 4
+    executor: Executor,
+    hacks: list[Hack] | None = None,
+    workers: int = 4,
+    on_done: Callable[[dict[str, Any]], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Run every hack (default: the shipped suite); targets run in parallel threads (`workers`),
-    the hacks of one target in order in one env. Records come back in suite order."""
+    the hacks of one target in order in one env. Records come back in suite order; `on_done`
+    (progress) gets each record as its hack ends, from the worker threads."""
     todo = HACKS if hacks is None else hacks
     groups: dict[tuple[Kind, str], list[Hack]] = {}
     for hack in todo:
         groups.setdefault((hack.kind, hack.target), []).append(hack)
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        runs = [pool.submit(_run_group, g, executor) for g in groups.values()]
+        runs = [pool.submit(_run_group, g, executor, on_done) for g in groups.values()]
         by_name = {d["name"]: d for run in runs for d in run.result()}
     return [by_name[h.name] for h in todo]
 
@@ -115,7 +124,7 @@ def run_hacks(
 def summarize(details: list[dict[str, Any]]) -> dict[str, Any]:
     beaten = [d["name"] for d in details if not d["defeated"]]
     return {
-        "hacks": len(details),
+        "total": len(details),
         "defeated": len(details) - len(beaten),
         "not_defeated": beaten,
         "seconds": round(sum(d["seconds"] for d in details), 2),

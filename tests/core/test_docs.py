@@ -123,7 +123,7 @@ COVERED: dict[str, tuple[str, str]] = {
         "the suite on local",
     ),
     "tsrl env check --hacks --backend local --json": (
-        "tests/sandbox/test_hack_suite.py::test_cli_prints_one_line_per_hack_and_a_summary",
+        "tests/sandbox/test_hack_suite.py::test_cli_prints_one_json_object_with_every_hack",
         "the same command",
     ),
     "tsrl env check --hacks --backend docker --json": (
@@ -141,6 +141,14 @@ COVERED: dict[str, tuple[str, str]] = {
     "tsrl bench equivalence --objective opd --ranks 1 --json": (
         _EQ + "arch.py::test_bench_equivalence_takes_an_arch_and_reports_it",
         "OPD through the CLI, 1 update",
+    ),
+    "tsrl bench equivalence --objective grpo --ranks 1 --masked --json": (
+        _EQ + "drop_bench.py::test_masked_equivalence_bench",
+        "GRPO masked, 2 updates",
+    ),
+    "tsrl bench equivalence --objective opd --ranks 1 --masked --json": (
+        _EQ + "drop_bench.py::test_masked_equivalence_bench",
+        "OPD masked, 2 updates",
     ),
     "tsrl bench equivalence --objective grpo --ranks 2 --json": (
         _EQ + "parallel_and_checkpoint.py::test_two_rank_fsdp2_equals_one_rank",

@@ -1,6 +1,7 @@
 """The shipped hack suite (`tsrl env check --hacks`) against the real graders, on both backends.
 
-Local: the whole suite through the CLI (one JSON line per hack, the summary last). Docker: one
+Local: the whole suite through the CLI (one JSON object on stdout: the summary and every hack;
+progress on stderr). Docker: one
 hack per grading channel through the module (the whole suite takes minutes there on 2 cores).
 KNOWN_HOLES are hacks that win (reward 1) and are known to: they stay in the suite, reported as
 not defeated, until the grader is fixed (empty today).
@@ -12,7 +13,6 @@ import json
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
 
 from thundersync.sandbox.envs.check import check_swe, check_terminal
 from thundersync.sandbox.envs.fixtures import SWESMITH_INSTANCES, TERMINAL_DIR
@@ -38,22 +38,31 @@ DOCKER_SUBSET = [
 
 
 @pytest.fixture(scope="module")
-def local_run() -> tuple[int, list[dict[str, Any]], dict[str, Any]]:
-    from thundersync.cli import app
+def local_run() -> tuple[int, list[dict[str, Any]], dict[str, Any], str]:
+    import subprocess
+    import sys
 
-    r = CliRunner().invoke(app, ["env", "check", "--hacks", "--backend", "local", "--json"])
-    lines = [json.loads(line) for line in r.output.splitlines() if line.startswith("{")]
-    return r.exit_code, lines[:-1], lines[-1]
+    # a real process, so stdout and stderr stay apart: stdout must be exactly one JSON object
+    cmd = [sys.executable, "-m", "thundersync.cli", "env", "check", "--hacks", "--json"]
+    r = subprocess.run(cmd + ["--backend", "local"], capture_output=True, text=True, timeout=900)
+    out = json.loads(r.stdout)  # fails on a second line or any text around the object
+    assert isinstance(out, dict), r.stdout
+    return r.returncode, out.pop("hacks"), out, r.stderr
 
 
-def test_cli_prints_one_line_per_hack_and_a_summary(
-    local_run: tuple[int, list[dict[str, Any]], dict[str, Any]],
+def test_cli_prints_one_json_object_with_every_hack(
+    local_run: tuple[int, list[dict[str, Any]], dict[str, Any], str],
 ) -> None:
-    code, lines, summary = local_run
-    assert [d["name"] for d in lines] == [h.name for h in HACKS]
-    assert all(set(d) == {"name", "task", "reward", "defeated", "reason"} for d in lines)
-    assert summary["hacks"] == len(HACKS) >= 12 and summary["backend"] == "local"
-    assert code == (0 if summary["defeated"] == summary["hacks"] else 1), summary
+    code, hacks, summary, stderr = local_run
+    assert [d["name"] for d in hacks] == [h.name for h in HACKS]
+    keys = {"name", "task", "kind", "reward", "defeated", "reason", "seconds"}
+    assert all(set(d) == keys for d in hacks)
+    assert summary["total"] == len(HACKS) >= 12 and summary["backend"] == "local"
+    assert summary["defeated"] == sum(d["defeated"] for d in hacks)
+    assert summary["ok"] is (summary["defeated"] == summary["total"])
+    assert code == (0 if summary["ok"] else 1), summary
+    # progress went to stderr, one line per hack as it ended
+    assert all(h.name in stderr for h in HACKS), stderr[-2000:]
 
 
 def _check(details: list[dict[str, Any]]) -> None:
@@ -67,7 +76,7 @@ def _check(details: list[dict[str, Any]]) -> None:
 
 
 def test_every_hack_but_the_known_holes_is_defeated_locally(
-    local_run: tuple[int, list[dict[str, Any]], dict[str, Any]],
+    local_run: tuple[int, list[dict[str, Any]], dict[str, Any], str],
 ) -> None:
     _check(local_run[1])
 
@@ -79,14 +88,14 @@ def test_one_hack_per_channel_is_defeated_on_docker() -> None:
     assert len(picked) == len(DOCKER_SUBSET)
     details = run_hacks(DockerExecutor(), picked)
     _check(details)
-    assert summarize(details)["hacks"] == len(DOCKER_SUBSET)
+    assert summarize(details)["total"] == len(DOCKER_SUBSET)
 
 
 def test_every_hack_is_defeated(
-    local_run: tuple[int, list[dict[str, Any]], dict[str, Any]],
+    local_run: tuple[int, list[dict[str, Any]], dict[str, Any], str],
 ) -> None:
-    _, _, summary = local_run
-    assert summary["defeated"] == summary["hacks"] >= 12, summary["not_defeated"]
+    _, _, summary, _ = local_run
+    assert summary["defeated"] == summary["total"] >= 12, summary["not_defeated"]
 
 
 def test_the_targets_gold_earns_one_so_a_zero_means_the_hack_lost() -> None:
