@@ -59,10 +59,17 @@ log = logging.getLogger(__name__)
 _QUOTA_DIRS = {"/tmp": "tmp", "/var/tmp": "vartmp", "/run/lock": "lock"}
 
 
+# written by scripts/setup.d/20-sandbox.sh where podman's storage cannot cap a container's layer
+LAYER_DECLARATION = Path("/etc/thundersync/unbounded-image-layer")
+
+
 def unbounded_layer_ok() -> bool:
-    """The host's own declaration that root / image-user sessions may write an unbounded image
-    layer (`Limits.unbounded_layer` for every session); anything but unset, "0" or "1" is refused."""
-    value = os.environ.get("TSRL_SANDBOX_UNBOUNDED_LAYER", "0")
+    """The host's declaration that root / image-user sessions may write an unbounded image layer
+    (`Limits.unbounded_layer` for every session): TSRL_SANDBOX_UNBOUNDED_LAYER=1 or 0 when set
+    (anything else is refused), else whether the sandbox set-up left its declaration file."""
+    value = os.environ.get("TSRL_SANDBOX_UNBOUNDED_LAYER")
+    if value is None:
+        return LAYER_DECLARATION.is_file()
     if value not in ("0", "1"):
         raise SandboxError(f"TSRL_SANDBOX_UNBOUNDED_LAYER must be 0 or 1, got {value!r}")
     return value == "1"
@@ -118,7 +125,8 @@ class DockerSession(ContainerExec):
                 f"docker sandbox {self.spec.label}: Limits.disk_mb={lim.disk_mb} cannot be enforced "
                 f"for a session as {self.spec.exec_user!r}: it writes the image's own layer, and "
                 "this engine's overlay storage has no per-container size limit; give "
-                "Limits(unbounded_layer=True) (or set TSRL_SANDBOX_UNBOUNDED_LAYER=1 for this host) "
+                f"Limits(unbounded_layer=True) (for this host: TSRL_SANDBOX_UNBOUNDED_LAYER=1, or the file "
+                f"{LAYER_DECLARATION} that scripts/setup.d/20-sandbox.sh writes) "
                 "to accept an unbounded image layer (task, scratch and temp dirs keep the quota), "
                 "or Limits(disk_mb=0, inodes=0) to run without disk limits"
             )

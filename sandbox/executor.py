@@ -48,7 +48,7 @@ class Limits:
     # docker sessions as root or as the image's user also write the image's own layer, which
     # podman's overlay on ext4 cannot cap: with disk_mb > 0 such a session is refused unless this
     # accepts an unbounded layer (task, scratch and temp dirs keep their quota); the host-wide
-    # switch is TSRL_SANDBOX_UNBOUNDED_LAYER=1
+    # switch is TSRL_SANDBOX_UNBOUNDED_LAYER=1 or the sandbox set-up's declaration file
     unbounded_layer: bool = False
 
 

@@ -18,10 +18,6 @@ if TYPE_CHECKING:
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-# this host's podman keeps container layers on overlay over ext4, which cannot cap a layer: the
-# suite declares that root / image-user docker sessions may write an unbounded image layer
-# (tests/sandbox/test_disk_quota.py checks the refusal without it)
-os.environ.setdefault("TSRL_SANDBOX_UNBOUNDED_LAYER", "1")
 
 
 # `make test` runs the suite on 2 pytest-xdist workers. The files of a group below share a heavy

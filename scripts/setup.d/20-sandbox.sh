@@ -44,6 +44,22 @@ runtime = "runc"
 CONF
 fi
 
+# podman's overlay storage caps a container's own layer only on xfs with project quotas (this
+# kernel has no XFS quotas; podman 4.3 refuses `size` on btrfs): root / image-user docker sessions
+# (verifiers, a Dockerfile's USER) can fill their image layer. The host declares that here, once;
+# sandbox.docker_backend reads the file (delete it to have such sessions refused instead).
+decl=/etc/thundersync/unbounded-image-layer
+if [ ! -f "$decl" ]; then
+  mkdir -p /etc/thundersync
+  cat > "$decl" <<'TXT'
+Declared by thundersync's scripts/setup.d/20-sandbox.sh: podman on this host cannot cap a
+container's image layer, so docker sandbox sessions running as root or as an image's own user may
+write an unbounded layer (their task, scratch and temp dirs keep the Limits.disk_mb quota).
+Delete this file to refuse such sessions instead (TSRL_SANDBOX_UNBOUNDED_LAYER=0|1 overrides it).
+TXT
+  echo "20-sandbox: declared $decl (this engine cannot cap a container's image layer)"
+fi
+
 mkdir -p "$CACHE"
 if ! podman image exists "$IMAGE" 2>/dev/null; then
   if [ ! -s "$ROOTFS_TAR" ]; then

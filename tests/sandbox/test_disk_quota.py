@@ -148,3 +148,21 @@ def test_a_root_docker_session_is_refused_unless_its_unbounded_image_layer_is_ac
     monkeypatch.setenv("TSRL_SANDBOX_UNBOUNDED_LAYER", "yes")
     with pytest.raises(SandboxError, match="TSRL_SANDBOX_UNBOUNDED_LAYER must be 0 or 1"):
         ex.open(SessionSpec(exec_user="root"))
+
+
+def test_the_hosts_layer_declaration_is_its_set_up_file_unless_the_variable_says(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from thundersync.sandbox import docker_backend
+
+    decl = tmp_path / "unbounded-image-layer"
+    monkeypatch.setattr(docker_backend, "LAYER_DECLARATION", decl)
+    monkeypatch.delenv("TSRL_SANDBOX_UNBOUNDED_LAYER", raising=False)
+    assert not docker_backend.unbounded_layer_ok()  # no declaration: refused
+    decl.write_text("declared\n")
+    assert docker_backend.unbounded_layer_ok()
+    monkeypatch.setenv("TSRL_SANDBOX_UNBOUNDED_LAYER", "0")  # the variable wins either way
+    assert not docker_backend.unbounded_layer_ok()
+    decl.unlink()
+    monkeypatch.setenv("TSRL_SANDBOX_UNBOUNDED_LAYER", "1")
+    assert docker_backend.unbounded_layer_ok()
