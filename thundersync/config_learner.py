@@ -14,6 +14,8 @@ class Estimator(StrEnum):
     GRPO = "grpo"
     DR_GRPO = "dr_grpo"
     RLOO = "rloo"
+    # SkyRL's `grpo`: the sample std (m - 1), and a lone member keeps its raw reward
+    GRPO_SAMPLE_STD = "grpo_sample_std"
 
 
 class Device(StrEnum):

@@ -42,6 +42,17 @@ def _grpo(rewards: Sequence[float], c: float, eps: float) -> tuple[float, float]
     return 1.0 / (sigma + eps), -mu_d / (sigma + eps)
 
 
+def _grpo_sample_std(rewards: Sequence[float], c: float, eps: float) -> tuple[float, float]:
+    """SkyRL's `grpo` estimator: (r - mean) / (sample std + eps); a group of one has mean 0 and
+    std 1 there, so its member's advantage is r / (1 + eps) = ((r - c) + c) / (1 + eps)."""
+    m = len(rewards)
+    if m == 1:
+        return 1.0 / (1.0 + eps), c / (1.0 + eps)
+    mu_d, _ = _stats(rewards, c)
+    s = math.sqrt(math.fsum((r - c - mu_d) ** 2 for r in rewards) / (m - 1))
+    return 1.0 / (s + eps), -mu_d / (s + eps)
+
+
 def _dr_grpo(rewards: Sequence[float], c: float, eps: float) -> tuple[float, float]:
     mu_d, _ = _stats(rewards, c)
     return 1.0, -mu_d
@@ -60,6 +71,7 @@ ESTIMATORS: dict[Estimator, Callable[[Sequence[float], float, float], tuple[floa
     Estimator.GRPO: _grpo,
     Estimator.DR_GRPO: _dr_grpo,
     Estimator.RLOO: _rloo,
+    Estimator.GRPO_SAMPLE_STD: _grpo_sample_std,
 }
 
 # Fewest members a group that lost trajectories (`rollout.on_failure: drop`) may keep: each
@@ -70,6 +82,7 @@ MIN_GROUP_SIZE: dict[Estimator, int] = {
     Estimator.GRPO: 2,
     Estimator.DR_GRPO: 2,
     Estimator.RLOO: 2,
+    Estimator.GRPO_SAMPLE_STD: 2,
 }
 
 
@@ -101,6 +114,11 @@ def advantages(
         return [(x - mu_d) / (sigma + eps) for x in d]
     if est is Estimator.DR_GRPO:
         return [x - mu_d for x in d]
+    if est is Estimator.GRPO_SAMPLE_STD:
+        if m == 1:
+            return [rewards[0] / (1.0 + eps)]
+        s = math.sqrt(math.fsum((x - mu_d) ** 2 for x in d) / (m - 1))
+        return [(x - mu_d) / (s + eps) for x in d]
     if m < 2:
         raise ValueError("rloo needs at least 2 trajectories per group: raise rollout.group_size")
     return [x - (math.fsum(d) - x) / (m - 1) for x in d]
