@@ -122,3 +122,11 @@ def vllm_rollout_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[l
     finally:
         for s in servers:
             s.stop()
+
+
+@pytest.fixture
+def true_float64(monkeypatch: pytest.MonkeyPatch) -> None:
+    """HF Llama computes in the model's dtype for this test (see tests/hf_float64.py)."""
+    from hf_float64 import patch_llama_in_dtype
+
+    patch_llama_in_dtype(monkeypatch)

@@ -58,7 +58,17 @@ def config_schema() -> None:
     typer.echo(json.dumps(RunConfig.model_json_schema(), indent=2))
 
 
-_PACKAGES = ["learner", "bench", "sandbox", "rollout", "teacher", "bus", "service", "driver"]
+_PACKAGES = [
+    "learner",
+    "bench",
+    "sandbox",
+    "rollout",
+    "teacher",
+    "bus",
+    "service",
+    "driver",
+    "skyrl",
+]
 _ROOT = Path(__file__).parent  # the package itself: a checkout links the parts in
 
 
