@@ -35,6 +35,7 @@ ENV_KINDS: dict[EnvName, frozenset[str]] = {
     EnvName.TOY: frozenset(),
     EnvName.SWE_SMITH: frozenset({"swe-smith"}),
     EnvName.TERMINAL: frozenset({"seta", "terminal-bench", "harbor"}),
+    EnvName.SKYRL_DATASET: frozenset(),  # refused by the service (resolve_run_artifacts)
 }
 SAFE_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,199}")
 MAX_UPLOAD_DEPTH = 8
@@ -215,6 +216,14 @@ def resolve_run_artifacts(
     artifacts the token may use; ArtifactError (naming the field) for anything else, and for
     `rollout.vllm.urls` from a token that is not an admin's (URLs the service would call)."""
     model, teacher, env = cfg.model, cfg.teacher, cfg.env
+    if env.name is EnvName.SKYRL_DATASET:
+        # its rows name env extras such as task directories: host paths no artifact check covers
+        raise ArtifactError(
+            "env.name",
+            "the service does not run SkyRL dataset files (their rows name host paths); use "
+            "env.name terminal or swe-smith with an uploaded task set, or train the SkyRL "
+            "config with `python -m thundersync.skyrl.entrypoint` on the host",
+        )
     if cfg.rollout.vllm.urls and not token.is_admin:
         # the driver would call those URLs from the service's host (and load weights into them)
         raise ArtifactError(

@@ -30,6 +30,7 @@ class EnvName(StrEnum):
     TOY = "toy"
     SWE_SMITH = "swe-smith"
     TERMINAL = "terminal"
+    SKYRL_DATASET = "skyrl-dataset"  # env.tasks: a SkyRL dataset file; rows name their env_class
 
     @classmethod
     def _missing_(cls, value: object) -> EnvName | None:
@@ -64,7 +65,8 @@ class SandboxBackend(StrEnum):
 class EnvConfig(_Section):
     name: EnvName = Field(
         EnvName.TOY,
-        description="toy | swe-smith | terminal (aliases: digits, swesmith, seta, harbor)",
+        description="toy | swe-smith | terminal | skyrl-dataset (aliases: digits, swesmith, "
+        "seta, harbor)",
     )
     tasks: str | None = Field(
         None, description="task set: a path, or built in: " + ", ".join(BUILTIN_TASK_SETS)
@@ -101,6 +103,13 @@ class EnvConfig(_Section):
 
     @model_validator(mode="after")
     def _fits_env(self) -> EnvConfig:
+        if self.name is EnvName.SKYRL_DATASET and not (
+            self.tasks and self.tasks.endswith((".parquet", ".json", ".jsonl"))
+        ):
+            raise ValueError(
+                f"env.tasks {self.tasks!r}: env.name=skyrl-dataset reads a SkyRL dataset file "
+                "(.parquet, .json or .jsonl; rows: prompt, env_class, extras): give its path"
+            )
         wanted = BUILTIN_TASK_SETS.get(self.tasks or "")
         if wanted is not None and wanted is not self.name:
             raise ValueError(

@@ -38,6 +38,7 @@ class TaskRef:
     name: str
     env_id: str
     extras: dict[str, Any]
+    prompt: tuple[dict[str, Any], ...] = ()  # initial messages; empty: the env writes them
 
 
 def _sandbox_extras(cfg: RunConfig) -> dict[str, Any]:
@@ -85,10 +86,21 @@ def terminal_tasks(cfg: RunConfig) -> list[TaskRef]:
     return [TaskRef(d.name, EnvId.TERMINAL.value, extras | {"task": str(d)}) for d in dirs]
 
 
+def skyrl_dataset_tasks(cfg: RunConfig) -> list[TaskRef]:
+    """Each row of the SkyRL dataset file `env.tasks` (thundersync.skyrl.dataset)."""
+    from thundersync.skyrl.dataset import dataset_tasks
+
+    extras = _sandbox_extras(cfg) | {"max_turns": cfg.rollout.max_turns}
+    if cfg.env.examples:
+        extras["examples"] = [e.model_dump() for e in cfg.env.examples]
+    return dataset_tasks(str(cfg.env.tasks), extras)
+
+
 CATALOGUE: dict[EnvName, Callable[[RunConfig], list[TaskRef]]] = {
     EnvName.TOY: toy_tasks,
     EnvName.SWE_SMITH: swe_smith_tasks,
     EnvName.TERMINAL: terminal_tasks,
+    EnvName.SKYRL_DATASET: skyrl_dataset_tasks,
 }
 
 

@@ -63,7 +63,7 @@ def plan_update(
             task = RolloutTask(
                 instance,
                 _factory(ref, on_ray),
-                [],
+                [dict(m) for m in ref.prompt],
                 repetition=j,
                 seed=cfg.seed * 7919 + update * 101 + gi,
             )

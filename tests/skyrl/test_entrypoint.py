@@ -1,0 +1,118 @@
+"""The switch: a SkyRL config run from SkyRL's own entry point with
+`trainer.override_entrypoint=thundersync.skyrl.entrypoint` trains with ThunderSync's streaming
+learner on a SkyRL dataset of shipped terminal tasks; what has no exact form is refused by field."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from skyrl.train.config import SkyRLTrainConfig
+
+from thundersync.config import ConfigError, load_run_config
+from thundersync.hf_models import build_tiny_model
+from thundersync.sandbox.envs.fixtures import builtin_task_dir, terminal_tasks
+from thundersync.skyrl.dataset import DatasetError, dataset_tasks
+from thundersync.skyrl.switch import SkyRLConfigError
+from thundersync.skyrl.translate import run_config_from_skyrl
+
+
+def _dataset(path: Path, env_class: str = "tsrl-terminal") -> Path:
+    dirs = terminal_tasks(builtin_task_dir("terminal-easy"))
+    lines = [json.dumps({"env_class": env_class, "task": str(d)}) for d in dirs]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _overrides(model: Path, data: Path, **extra: object) -> list[str]:
+    base = {
+        "trainer.policy.model.path": str(model),
+        "data.train_data": f"['{data}']",
+        "trainer.train_batch_size": 2,
+        "trainer.policy_mini_batch_size": 2,
+        "generator.n_samples_per_prompt": 2,
+        "generator.sampling_params.max_generate_length": 16,
+        "trainer.algorithm.use_kl_loss": "false",
+        "trainer.algorithm.loss_reduction": "sequence_mean",
+        "trainer.run_name": "skyrl-switch",
+        "trainer.logger": "console",
+    } | extra
+    return [f"{k}={v}" for k, v in base.items()]
+
+
+def test_skyrl_entry_point_with_the_switch_trains_on_shipped_terminal_tasks(
+    tmp_path: Path,
+) -> None:
+    model = build_tiny_model(tmp_path / "model", seed=0)
+    data = _dataset(tmp_path / "train.jsonl")  # 5 rows: 2 steps of 2 prompts
+    args = ["trainer.override_entrypoint=thundersync.skyrl.entrypoint", *_overrides(model, data)]
+    out = subprocess.run(
+        [sys.executable, "-m", "thundersync.skyrl.entrypoint", *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1])["updates"] == 2
+    run = tmp_path / "runs" / "skyrl-switch"
+    cfg = json.loads((run / "config.json").read_text())
+    assert cfg["env"] == cfg["env"] | {"name": "skyrl-dataset", "tasks": str(data)}
+    assert cfg["learner"]["estimator"] == "grpo_sample_std"  # SkyRL's grpo
+    assert cfg["rollout"] | {"group_size": 2, "groups_per_update": 2} == cfg["rollout"]
+    updates = [
+        json.loads(line)
+        for line in (run / "metrics.jsonl").read_text().splitlines()
+        if json.loads(line).get("type") == "update"
+    ]
+    assert [u["update"] for u in updates] == [0, 1]
+    assert all(u["sources"] == 4 and u["max_staleness"] == 0 for u in updates)
+    assert all("score/reward" in u for u in updates)  # rewards from the tasks' verifiers
+    assert json.loads((run / "status.json").read_text())["status"] == "succeeded"
+
+
+def _translate(tmp_path: Path, **extra: object) -> object:
+    data = _dataset(tmp_path / "train.jsonl")
+    cfg = SkyRLTrainConfig.from_cli_overrides(_overrides(tmp_path / "m", data, **extra))
+    return run_config_from_skyrl(cfg)
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ({"trainer.policy_mini_batch_size": 1}, "trainer.policy_mini_batch_size"),
+        ({"trainer.update_epochs_per_batch": 2}, "trainer.update_epochs_per_batch"),
+        ({"trainer.train_batch_size": 9, "trainer.policy_mini_batch_size": 9}, "train_batch_size"),
+        ({"trainer.algorithm.use_kl_loss": "true"}, "trainer.algorithm.use_kl_loss"),
+        ({"trainer.policy.optimizer_config.num_warmup_steps": 3}, "optimizer_config.scheduler"),
+        ({"data.train_data": "['a.jsonl','b.jsonl']"}, "data.train_data"),
+    ],
+)
+def test_skyrl_settings_without_an_exact_form_are_refused_by_field(
+    tmp_path: Path, extra: dict[str, object], field: str
+) -> None:
+    with pytest.raises(SkyRLConfigError, match=field.replace(".", r"\.")):
+        _translate(tmp_path, **extra)
+
+
+def test_steps_follow_skyrl_epochs_and_max_training_steps(tmp_path: Path) -> None:
+    assert _translate(tmp_path, **{"trainer.epochs": 3}).updates == 6  # type: ignore[attr-defined]
+    capped = _translate(tmp_path, **{"trainer.epochs": 3, "trainer.max_training_steps": 4})
+    assert capped.updates == 4  # type: ignore[attr-defined]
+
+
+def test_dataset_rows_are_checked_by_file_row_and_column(tmp_path: Path) -> None:
+    bad = _dataset(tmp_path / "bad.jsonl", env_class="gsm8k-typo")
+    with pytest.raises(DatasetError, match=r"bad\.jsonl: row 0: env_class 'gsm8k-typo'"):
+        dataset_tasks(bad, {})
+    refs = dataset_tasks(_dataset(tmp_path / "ok.jsonl"), {"backend": "local"})
+    assert [r.env_id for r in refs] == ["tsrl-terminal"] * 5
+    assert refs[0].extras["backend"] == "local" and Path(refs[0].extras["task"]).is_dir()
+
+
+def test_skyrl_dataset_env_needs_a_dataset_file() -> None:
+    with pytest.raises(ConfigError, match="env.name=skyrl-dataset reads a SkyRL dataset file"):
+        load_run_config(data={"env": {"name": "skyrl-dataset", "tasks": "some/dir"}})
