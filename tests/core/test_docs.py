@@ -55,6 +55,10 @@ _EQ = "tests/learner/test_"
 # Expensive commands: command -> (the test that runs it, how).
 _EXPORT = "tests/driver/test_metric_export.py::"
 COVERED: dict[str, tuple[str, str]] = {
+    "tsrl bench skyrl --json": (
+        "tests/skyrl/test_parity.py::test_bench_skyrl_reports_parity_in_one_json_line",
+        "the same bench at 2 updates (the doc's numbers: 4)",
+    ),
     "tsrl train grpo-toy --set logging.tensorboard=true --set logging.wandb=true": (
         _EXPORT + "test_wandb_offline_history_equals_metrics_jsonl",
         "the same run (2 updates), both exports read back",
