@@ -35,7 +35,7 @@ ENV_KINDS: dict[EnvName, frozenset[str]] = {
     EnvName.TOY: frozenset(),
     EnvName.SWE_SMITH: frozenset({"swe-smith"}),
     EnvName.TERMINAL: frozenset({"seta", "terminal-bench", "harbor"}),
-    EnvName.SKYRL_DATASET: frozenset(),  # refused by the service (resolve_run_artifacts)
+    EnvName.SKYRL_DATASET: frozenset({"skyrl-gym"}),
 }
 SAFE_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,199}")
 MAX_UPLOAD_DEPTH = 8
@@ -84,8 +84,11 @@ def task_set_local_path(settings: Settings, row: TaskSet) -> str | None:
     if row.origin != ArtifactOrigin.UPLOAD:
         return None
     folder = task_set_files_dir(settings, row)
-    if row.kind == "swe-smith":
-        found = sorted(folder.glob("*.jsonl")) if folder.is_dir() else []
+    if row.kind in ("swe-smith", "skyrl-gym"):  # the set is its (first) dataset file
+        suffixes = (".jsonl",) if row.kind == "swe-smith" else (".jsonl", ".json", ".parquet")
+        found = (
+            sorted(p for p in folder.iterdir() if p.suffix in suffixes) if folder.is_dir() else []
+        )
         return str(found[0]) if found else None
     return str(folder)
 
@@ -193,7 +196,8 @@ def resolve_task_set(
         why = (
             "its source is a dataset URI the driver cannot read"
             if row.origin == ArtifactOrigin.URI
-            else "no tasks are uploaded yet (a SWE-smith set needs a .jsonl file)"
+            else "no tasks are uploaded yet (a SWE-smith set needs a .jsonl file, a skyrl-gym "
+            "set a .jsonl, .json or .parquet dataset file)"
         )
         raise ArtifactError(
             field, f"task set {row.name!r} has nothing to run: {why}; upload its tasks"
@@ -217,13 +221,8 @@ def resolve_run_artifacts(
     `rollout.vllm.urls` from a token that is not an admin's (URLs the service would call)."""
     model, teacher, env = cfg.model, cfg.teacher, cfg.env
     if env.name is EnvName.SKYRL_DATASET:
-        # its rows name env extras such as task directories: host paths no artifact check covers
-        raise ArtifactError(
-            "env.name",
-            "the service does not run SkyRL dataset files (their rows name host paths); use "
-            "env.name terminal or swe-smith with an uploaded task set, or train the SkyRL "
-            "config with `python -m thundersync.skyrl.entrypoint` on the host",
-        )
+        # its rows name task directories: only paths inside the task set's own folder
+        env = env.model_copy(update={"dataset_confined": True})
     if cfg.rollout.vllm.urls and not token.is_admin:
         # the driver would call those URLs from the service's host (and load weights into them)
         raise ArtifactError(

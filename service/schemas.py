@@ -149,6 +149,16 @@ class RunCreate(RequestBody):
         max_length=200,
         description="run name (sets the config's `name`); default: the config's",
     )
+    skyrl: dict[str, Any] | None = Field(
+        None,
+        max_length=200,
+        description="a SkyRL run instead of a recipe: SkyRL config overrides in dotted form, "
+        "as on its command line, e.g. {'trainer.policy.model.path': MODEL, 'data.train_data': "
+        "[TASK_SET], 'trainer.train_batch_size': 2}; trained as with "
+        "trainer.override_entrypoint=thundersync.skyrl.entrypoint (docs/skyrl.md). The model "
+        "and the dataset name artifacts (a skyrl-gym task set); `overrides` adds ThunderSync "
+        "settings",
+    )
 
 
 class RunPublic(BaseModel):

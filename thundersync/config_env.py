@@ -95,6 +95,11 @@ class EnvConfig(_Section):
         "[verifier] reward_key); a task whose reward.json lacks it earns 0 with the reason. "
         "Every named score is a metric either way (metrics.jsonl score/<name>)",
     )
+    dataset_confined: bool = Field(
+        False,
+        description="skyrl-dataset: a row's file columns (task, instances_path, repos_dir) must "
+        "be relative and stay inside the dataset file's folder (the service always sets it)",
+    )
     image_pull: bool = Field(
         False,
         description="docker backend: pull a published image that is neither local nor mapped "
@@ -103,12 +108,11 @@ class EnvConfig(_Section):
 
     @model_validator(mode="after")
     def _fits_env(self) -> EnvConfig:
-        if self.name is EnvName.SKYRL_DATASET and not (
-            self.tasks and self.tasks.endswith((".parquet", ".json", ".jsonl"))
-        ):
+        if self.name is EnvName.SKYRL_DATASET and not self.tasks:
             raise ValueError(
-                f"env.tasks {self.tasks!r}: env.name=skyrl-dataset reads a SkyRL dataset file "
-                "(.parquet, .json or .jsonl; rows: prompt, env_class, extras): give its path"
+                "env.tasks is not set: env.name=skyrl-dataset reads a SkyRL dataset file "
+                "(.parquet, .json or .jsonl; rows: prompt, env_class, extras): give its path "
+                "(the service: a skyrl-gym task set)"
             )
         wanted = BUILTIN_TASK_SETS.get(self.tasks or "")
         if wanted is not None and wanted is not self.name:

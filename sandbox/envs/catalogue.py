@@ -93,7 +93,7 @@ def skyrl_dataset_tasks(cfg: RunConfig) -> list[TaskRef]:
     extras = _sandbox_extras(cfg) | {"max_turns": cfg.rollout.max_turns}
     if cfg.env.examples:
         extras["examples"] = [e.model_dump() for e in cfg.env.examples]
-    return dataset_tasks(str(cfg.env.tasks), extras)
+    return dataset_tasks(str(cfg.env.tasks), extras, confined=cfg.env.dataset_confined)
 
 
 CATALOGUE: dict[EnvName, Callable[[RunConfig], list[TaskRef]]] = {

@@ -220,7 +220,7 @@ def check_task_set(
         return [TaskProblem(SET, f"env.tasks {tasks} is one task; give the folder holding it")], 0
     try:
         refs = tasks_for(cfg)
-    except (RecordError, TaskError, OSError) as e:
+    except (RecordError, TaskError, OSError, ValueError) as e:  # ValueError: a dataset row
         return [TaskProblem(SET, f"{cfg.env.tasks}: {e}" if isinstance(e, OSError) else str(e))], 0
     if not refs:
         return [TaskProblem(SET, f"env.tasks {cfg.env.tasks!r} holds no tasks")], 0

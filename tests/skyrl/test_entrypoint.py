@@ -115,4 +115,28 @@ def test_dataset_rows_are_checked_by_file_row_and_column(tmp_path: Path) -> None
 
 def test_skyrl_dataset_env_needs_a_dataset_file() -> None:
     with pytest.raises(ConfigError, match="env.name=skyrl-dataset reads a SkyRL dataset file"):
-        load_run_config(data={"env": {"name": "skyrl-dataset", "tasks": "some/dir"}})
+        load_run_config(data={"env": {"name": "skyrl-dataset"}})
+    with pytest.raises(DatasetError, match=r"a SkyRL dataset is a \.parquet, \.json, \.jsonl file"):
+        dataset_tasks("some/dir", {})
+
+
+def test_confined_rows_stay_in_the_dataset_folder(tmp_path: Path) -> None:
+    """Service runs (`env.dataset_confined`): relative task paths from the dataset's folder only;
+    a row may not set the executor; the run's sandbox settings win over a row's."""
+    (tmp_path / "tasks" / "t1").mkdir(parents=True)
+    ok = tmp_path / "ok.jsonl"
+    ok.write_text(
+        json.dumps({"env_class": "tsrl-terminal", "task": "tasks/t1", "backend": "local"})
+    )
+    (ref,) = dataset_tasks(ok, {"backend": "docker"}, confined=True)
+    assert ref.extras["task"] == str(tmp_path / "tasks" / "t1")
+    assert ref.extras["backend"] == "docker"
+    for i, bad in enumerate(("../outside", "/etc", "tasks/../../x")):
+        f = tmp_path / f"bad{i}.jsonl"
+        f.write_text(json.dumps({"env_class": "tsrl-terminal", "task": bad}))
+        with pytest.raises(DatasetError, match=r"row 0: task .* leaves the task set"):
+            dataset_tasks(f, {}, confined=True)
+    f = tmp_path / "exec.jsonl"
+    f.write_text(json.dumps({"env_class": "tsrl-terminal", "executor": "local"}))
+    with pytest.raises(DatasetError, match="column 'executor' is ThunderSync's to set"):
+        dataset_tasks(f, {})

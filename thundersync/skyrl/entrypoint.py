@@ -26,19 +26,11 @@ OURS = "tsrl."
 
 
 def split_args(argv: list[str]) -> tuple[list[str], dict[str, Any]]:
-    """(SkyRL's overrides, ThunderSync's `tsrl.section.field=value` settings)."""
-    skyrl, ours = [], {}
-    for arg in argv:
-        if arg.startswith(SWITCH):
-            continue
-        if arg.startswith(OURS):
-            key, _, value = arg[len(OURS) :].partition("=")
-            try:
-                ours[key] = json.loads(value)
-            except json.JSONDecodeError:
-                ours[key] = value
-        else:
-            skyrl.append(arg)
+    """(SkyRL's overrides, ThunderSync's `tsrl.section.field=value` settings, dotted)."""
+    from thundersync.config import parse_set_overrides
+
+    skyrl = [a for a in argv if not a.startswith((SWITCH, OURS))]
+    ours = parse_set_overrides([a[len(OURS) :] for a in argv if a.startswith(OURS)])
     return skyrl, ours
 
 

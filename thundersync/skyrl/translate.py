@@ -72,8 +72,8 @@ def _one_step_per_batch(cfg: Any) -> None:
 
 
 def run_config_from_skyrl(cfg: Any, overrides: dict[str, Any] | None = None) -> RunConfig:
-    """The ThunderSync run that trains what SkyRL config `cfg` describes (`overrides`: extra
-    ThunderSync settings, e.g. the rollout engine, applied last)."""
+    """The ThunderSync run that trains what SkyRL config `cfg` describes (`overrides`: dotted
+    ThunderSync settings SkyRL has no field for, e.g. {'rollout.engine': 'vllm'}, applied last)."""
     objective = _objective(cfg)
     _one_step_per_batch(cfg)
     learner = learner_settings(cfg.trainer.algorithm, objective)
@@ -113,10 +113,4 @@ def run_config_from_skyrl(cfg: Any, overrides: dict[str, Any] | None = None) -> 
                 "reference model; name the teacher there"
             )
         run["teacher"] = {"model": teacher}
-    for key, value in (overrides or {}).items():
-        section, _, field = key.partition(".")
-        if field:
-            run.setdefault(section, {})[field] = value
-        else:
-            run[section] = value
-    return load_run_config(data=run)
+    return load_run_config(None, overrides, data=run)

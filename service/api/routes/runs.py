@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Request, status
 
-from thundersync.config import ConfigError, load_run_config
+from thundersync.config import ConfigError, EnvName, load_run_config
 from thundersync.rundir import ACTIVE_STATUSES, FINAL_STATUSES, RunFiles, RunStatus
 from thundersync.service import crud, crud_recipes
 from thundersync.service.api.deps import (
@@ -21,7 +21,7 @@ from thundersync.service.api.deps import (
 )
 from thundersync.service.api.routes.dashboard import builtin_recipes
 from thundersync.service.api.routes.recipes import recipe_data
-from thundersync.service.artifacts import ArtifactError, resolve_run_artifacts
+from thundersync.service.artifacts import ArtifactError, resolve_run_artifacts, resolve_task_set
 from thundersync.service.errors import field_error
 from thundersync.service.logs import LOG_SOURCES, LogSource, read_run_log
 from thundersync.service.schemas import (
@@ -46,9 +46,13 @@ def config_error(msg: str, loc: list[str | int]) -> HTTPException:
     return field_error(msg, ["body", *loc], "config_error")
 
 
-def resolve_config(run_in: RunCreate, session: SessionDep, token: Token) -> Any:
+def resolve_config(
+    run_in: RunCreate, session: SessionDep, settings: SettingsDep, token: Token
+) -> Any:
     """The run's config: the token's uploaded recipe of that name, else the shipped one, then
-    `config` and `overrides` on top."""
+    `config` and `overrides` on top; or the translation of a SkyRL config (`skyrl`)."""
+    if run_in.skyrl is not None:
+        return skyrl_config(run_in, session, settings, token)
     if run_in.recipe is None and run_in.config is None:
         raise config_error(
             "recipe: give a recipe name (e.g. 'grpo-toy') or a full config in 'config'", ["recipe"]
@@ -75,6 +79,47 @@ def resolve_config(run_in: RunCreate, session: SessionDep, token: Token) -> Any:
         raise config_error(
             f"config: {err}; check the field types against `tsrl config schema`", ["config"]
         ) from None
+
+
+def skyrl_config(
+    run_in: RunCreate, session: SessionDep, settings: SettingsDep, token: Token
+) -> Any:
+    """A SkyRL run: its overrides parsed by SkyRL's own config, the dataset resolved from the
+    token's skyrl-gym task sets, then translated (thundersync.skyrl.translate)."""
+    from thundersync.skyrl.dataset import DatasetError
+
+    if run_in.recipe is not None or run_in.config is not None:
+        raise config_error(
+            "skyrl: a SkyRL run is its SkyRL config: leave recipe and config out (ThunderSync "
+            "settings go in overrides)",
+            ["skyrl"],
+        )
+    sky = dict(run_in.skyrl or {})
+    data = sky.get("data.train_data")
+    names = [data] if isinstance(data, str) else data
+    if not (isinstance(names, list) and len(names) == 1 and isinstance(names[0], str)):
+        raise config_error(
+            "skyrl: data.train_data: name one skyrl-gym task set (GET /api/v1/task-sets), "
+            "e.g. ['my-dataset']",
+            ["skyrl", "data.train_data"],
+        )
+    try:
+        path = resolve_task_set(session, settings, token, EnvName.SKYRL_DATASET, names[0])
+    except ArtifactError as err:
+        raise config_error(f"skyrl: data.train_data: {err}", ["skyrl", "data.train_data"]) from None
+    sky["data.train_data"] = [path]
+    overrides = dict(run_in.overrides) | ({"name": run_in.name} if run_in.name else {})
+    try:
+        from skyrl.train.config import SkyRLTrainConfig
+
+        from thundersync.skyrl.translate import run_config_from_skyrl
+
+        return run_config_from_skyrl(SkyRLTrainConfig.from_cli_overrides(sky), overrides)
+    except (ConfigError, DatasetError) as err:
+        raise config_error(str(err), ["config"]) from None
+    except (TypeError, ValueError, AttributeError, LookupError) as err:
+        # SkyRL's parser takes any value for a known field: a wrong type fails in the translation
+        raise config_error(f"skyrl: {err}", ["skyrl"]) from None
 
 
 def refuse_unrunnable_tasks(config: Any) -> None:
@@ -136,7 +181,7 @@ def create_run(
     stored with the run; the launcher starts it when a slot is free. `model.path`,
     `teacher.model` and `env.tasks` name artifacts (GET /models, GET /task-sets), never host
     paths. 429 when the token already has its quota of runs queued or running."""
-    config = resolve_config(run_in, session, token)
+    config = resolve_config(run_in, session, settings, token)
     try:
         config = resolve_run_artifacts(session, settings, token, config)
     except ArtifactError as err:
