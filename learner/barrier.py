@@ -52,8 +52,9 @@ def barrier_step(
     weights: dict[str, torch.Tensor] | None = None,
     group_reduction: GroupReduction = GroupReduction.SUM,
 ) -> StepStats:
-    """GRPO: g_k = sum of the group directions (`mean`: divided by the number of groups);
-    OPD: the unnormalised sum over all turns divided by N_k, the update's scored tokens."""
+    """GRPO: g_k = sum of the group directions (`mean`: divided by the number of groups;
+    `token_mean`: by the update's scored tokens); OPD: the unnormalised sum over all turns
+    divided by N_k, the update's scored tokens."""
     why = engine.open_sources()
     if why:
         raise BarrierError(
@@ -72,7 +73,8 @@ def barrier_step(
     )
     ctx.all_reduce_sum(counts)
     t1 = time.perf_counter()
-    sources = float(counts[0] if objective is Objective.GRPO else counts[1])
+    per_group = objective is Objective.GRPO and group_reduction is not GroupReduction.TOKEN_MEAN
+    sources = float(counts[0] if per_group else counts[1])
     if sources <= 0:
         raise BarrierError(
             f"update {version} has nothing to learn from (no closed groups / scored tokens)"

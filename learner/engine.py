@@ -21,7 +21,7 @@ from collections import Counter
 import torch
 from torch import nn
 
-from thundersync.config import Estimator, Schedule
+from thundersync.config import Estimator, GroupReduction, Schedule
 from thundersync.learner.accumulators import BufferPool, FlatSpec
 from thundersync.learner.engine_core import EngineCore, SourceError
 from thundersync.learner.engine_grpo import GrpoGroups
@@ -54,6 +54,7 @@ class GradientEngine:
         estimator: Estimator = Estimator.GRPO,
         std_eps: float = 1e-6,
         token_weighting: str = "seq_mean",
+        group_reduction: GroupReduction = GroupReduction.SUM,
         max_open_groups: int = 4,
         max_held_bytes: int | None = None,
         accum_dtype: torch.dtype = torch.float32,
@@ -75,7 +76,11 @@ class GradientEngine:
             router=router,
         )
         self.grpo = GrpoGroups(
-            self.core, estimator=estimator, std_eps=std_eps, token_weighting=token_weighting
+            self.core,
+            estimator=estimator,
+            std_eps=std_eps,
+            token_weighting=token_weighting,
+            per_token=group_reduction is GroupReduction.TOKEN_MEAN,
         )
         self.opd = OpdTrajectories(self.core, keep_turn_graphs=keep_turn_graphs)
         self.max_open = max_open_groups

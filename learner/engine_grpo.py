@@ -34,6 +34,7 @@ class Group:
     leaf_g1: list[torch.Tensor]  # the same two sums for the prompt-leaf adjoints (small)
     leaf_g2: list[torch.Tensor]
     shift: float | None = None
+    scored: int = 0  # scored tokens of the members applied so far
     rewards: dict[int, float] = field(default_factory=dict)
     held: dict[int, tuple[ParamSum, list[torch.Tensor | None]]] = field(default_factory=dict)
     done: set[int] = field(default_factory=set)
@@ -51,12 +52,21 @@ class GrpoGroups:
     before their group's first content, and the groups already closed into the update's sum."""
 
     def __init__(
-        self, core: EngineCore, *, estimator: Estimator, std_eps: float, token_weighting: str
+        self,
+        core: EngineCore,
+        *,
+        estimator: Estimator,
+        std_eps: float,
+        token_weighting: str,
+        per_token: bool = False,
     ) -> None:
         self.core = core
         self.estimator = estimator
         self.std_eps = std_eps
         self.token_weighting = token_weighting
+        # token_mean: g_G = alpha G1 + beta G2 without 1/m, the update divided by its scored
+        # tokens at the barrier (each closed group adds its members' count)
+        self.per_token = per_token
         self.specs: dict[str, GrpoGroupSpec] = {}
         self.groups: dict[str, Group] = {}
         self.pending_rewards: dict[str, dict[int, float]] = {}
@@ -127,6 +137,7 @@ class GrpoGroups:
         lp = scored_logprobs(e.model, out.hidden, cont, mask, chunk=e.logprob_chunk)
         e.mismatch.observe(lp, item.rollout_logprobs)
         n_scored = float(mask.sum())
+        g.scored += int(n_scored)
         w = 1.0 / max(n_scored, 1.0) if self.token_weighting == "seq_mean" else 1.0
         s = lp.sum() * w
         leaves = flat_kv(g.leaves)
@@ -207,7 +218,8 @@ class GrpoGroups:
         coef = group_coefficients(
             self.estimator, rewards, shift=g.shift if g.shift is not None else 0.0, eps=self.std_eps
         )
-        a, b = coef.alpha / coef.m, coef.beta / coef.m
+        m_div = 1 if self.per_token else coef.m
+        a, b = coef.alpha / m_div, coef.beta / m_div
         g_dir = g.g1  # G1's buffer becomes g_G: a * G1 + b * G2 (+ the prompt's part), in place
         with e.bookkeeping():
             g_dir.flat.mul_(a).add_(g.g2.flat, alpha=b)
@@ -220,6 +232,7 @@ class GrpoGroups:
         with e.bookkeeping():
             e.acc.take(g_dir)  # the update owns g_G's buffer now
         e.acc.groups_closed += 1
+        e.acc.scored_tokens += g.scored
         for h, _ in g.held.values():
             h.free()
         del self.groups[g.spec.group_id]

@@ -33,6 +33,8 @@ def reference_loss(
     items = [it for _, it in batch.events]
     if batch.groups:
         total = torch.zeros(())
+        per_token = group_reduction is GroupReduction.TOKEN_MEAN
+        scored = 0
         for g in batch.groups:
             content = {
                 it.index: it
@@ -52,7 +54,10 @@ def reference_loss(
                     [0] * (len(g.prompt_ids) - 1) + list(c.response_mask), dtype=lp.dtype
                 )
                 w = 1.0 / max(float(mask.sum()), 1.0) if token_weighting == "seq_mean" else 1.0
-                total = total + adv[i] * w * (lp * mask).sum() / g.size
+                total = total + adv[i] * w * (lp * mask).sum() / (1 if per_token else g.size)
+                scored += int(mask.sum())
+        if per_token:  # every scored token of the update weighs the same
+            return -total / scored
         return -total / (len(batch.groups) if group_reduction is GroupReduction.MEAN else 1)
     total = torch.zeros(())
     n_tokens = 0

@@ -75,6 +75,7 @@ class Learner:
             estimator=lc.estimator,
             std_eps=lc.std_eps,
             token_weighting=lc.token_weighting,
+            group_reduction=lc.group_reduction,
             max_open_groups=lc.max_open_groups,
             max_held_bytes=lc.max_held_bytes,
             accum_dtype=DTYPES[lc.accum_dtype],

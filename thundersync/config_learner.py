@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from thundersync.config_base import _Section
 
@@ -40,6 +40,9 @@ class OpdTurnGraphs(StrEnum):
 class GroupReduction(StrEnum):
     SUM = "sum"  # the paper: g_k = sum over groups of the group directions g_G
     MEAN = "mean"  # g_k divided by the number of groups of the update
+    # SkyRL's default `token_mean`: sum_i A_i sum_t grad log pi over every group, divided by the
+    # update's scored tokens (needs token_weighting: token_sum)
+    TOKEN_MEAN = "token_mean"
 
 
 class Arch(StrEnum):
@@ -96,7 +99,9 @@ class LearnerConfig(_Section):
         False, description="torch.use_deterministic_algorithms (+ CUBLAS_WORKSPACE_CONFIG on CUDA)"
     )
     group_reduction: GroupReduction = Field(
-        GroupReduction.SUM, description="GRPO: sum (the paper) or mean of the group directions"
+        GroupReduction.SUM,
+        description="GRPO: sum (the paper) or mean of the group directions, or token_mean "
+        "(SkyRL's default: every scored token weighs the same; needs token_weighting token_sum)",
     )
     max_held_bytes: int | None = Field(
         None, ge=1, description="admission by bytes held (accumulators, held grads, K/V stores)"
@@ -110,6 +115,18 @@ class LearnerConfig(_Section):
     logprob_chunk: int = Field(
         1024, ge=1, description="rows of the LM head computed at once (scored positions only)"
     )
+
+    @model_validator(mode="after")
+    def _token_mean(self) -> LearnerConfig:
+        if (
+            self.group_reduction is GroupReduction.TOKEN_MEAN
+            and self.token_weighting != "token_sum"
+        ):
+            raise ValueError(
+                "learner.group_reduction=token_mean divides by the update's scored tokens, so "
+                "each trajectory's tokens count as tokens: set learner.token_weighting=token_sum"
+            )
+        return self
 
     @field_validator("token_weighting")
     @classmethod

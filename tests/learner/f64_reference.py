@@ -163,6 +163,11 @@ def textbook_advantages(estimator: str, rewards: Sequence[float], eps: float) ->
         return [(s - mu) / (sigma + eps) for s in shifted]
     if estimator == "dr_grpo":
         return [s - mu for s in shifted]
+    if estimator == "grpo_sample_std":  # SkyRL's grpo: sample sigma; a lone member keeps r
+        if m == 1:
+            return [rewards[0] / (1.0 + eps)]
+        sigma = math.sqrt(math.fsum((s - mu) ** 2 for s in shifted) / (m - 1))
+        return [(s - mu) / (sigma + eps) for s in shifted]
     if estimator == "rloo":
         if m < 2:
             raise ValueError("rloo needs groups of at least 2")
@@ -180,10 +185,12 @@ def grpo_loss(
     token_weighting: str,
     group_reduction: str,
 ) -> torch.Tensor:
-    """-(sum or mean over groups of (1/m) sum_i A_i S_i), S_i = sum_scored w log pi(a_t | h_t)."""
+    """-(sum or mean over groups of (1/m) sum_i A_i S_i), S_i = sum_scored w log pi(a_t | h_t);
+    token_mean: -(sum over groups of sum_i A_i S_i) / (scored tokens of the batch)."""
     items = [it for _, it in batch.events]
     dtype = params["lm_head.weight"].dtype
     objective = torch.zeros((), dtype=dtype)
+    tokens = 0
     for g in batch.groups:
         content = {
             it.index: it
@@ -205,8 +212,12 @@ def grpo_loss(
             if n_scored == 0:
                 continue
             w = 1.0 / n_scored if token_weighting == "seq_mean" else 1.0
-            objective = objective + adv[i] * (w * resp_lp[mask].sum()) / g.size
-    if group_reduction == "mean":
+            m = 1 if group_reduction == "token_mean" else g.size
+            objective = objective + adv[i] * (w * resp_lp[mask].sum()) / m
+            tokens += n_scored
+    if group_reduction == "token_mean":
+        objective = objective / tokens
+    elif group_reduction == "mean":
         objective = objective / len(batch.groups)
     elif group_reduction != "sum":
         raise ValueError(f"unknown group_reduction {group_reduction!r}")

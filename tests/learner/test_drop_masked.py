@@ -23,7 +23,6 @@ from test_float64_reference import (  # the fixtures and hand-built batches of t
     grpo_batch,
     model_dir,  # noqa: F401  (a fixture)
     opd_batch,
-    true_float64,  # noqa: F401  (a fixture)
 )
 
 from thundersync.config import Schedule
@@ -62,7 +61,7 @@ def _rel(got: torch.Tensor, want: torch.Tensor) -> float:
 )
 def test_grpo_drop_equals_masked_sync_textbook(
     model_dir: Path,  # noqa: F811
-    true_float64: None,  # noqa: F811
+    true_float64: None,
     estimator: str,
     reduction: str,
     schedule: str,
@@ -93,7 +92,7 @@ def test_grpo_drop_equals_masked_sync_textbook(
 
 def test_opd_drop_equals_masked_sync_textbook(
     model_dir: Path,  # noqa: F811
-    true_float64: None,  # noqa: F811
+    true_float64: None,
 ) -> None:
     clean = opd_batch([[(5, 4), (2, 3), (3, 5)], [(4, 2), (1, 4), (2, 2)], [(6, 3), (2, 4)]], 7)
     o1_turns = [t for t, it in clean.events if getattr(it, "traj_id", "") == "o1"]

@@ -196,6 +196,15 @@ ZERO_LAYOUTS = {"size1", "equal_1e6"}
 
 
 def _grpo_cases() -> Iterator[Any]:
+    # SkyRL's estimator (grpo_sample_std) and reduction (token_mean, over token_sum weights)
+    for case in (
+        ("mixed", "grpo", "token_sum", "token_mean"),
+        ("size1", "grpo", "token_sum", "token_mean"),
+        ("mixed", "grpo_sample_std", "seq_mean", "mean"),
+        ("mixed", "grpo_sample_std", "token_sum", "token_mean"),
+        ("size2", "grpo_sample_std", "token_sum", "default"),
+    ):
+        yield pytest.param(*case, id="-".join(case))
     for layout, groups in GRPO_LAYOUTS.items():
         for est in ("grpo", "dr_grpo", "rloo"):
             if est == "rloo" and layout in ("size1", "mixed"):

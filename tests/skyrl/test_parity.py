@@ -33,9 +33,16 @@ def _eager(model_dir: Path, dtype: torch.dtype) -> LlamaForCausalLM:
     return model
 
 
-@pytest.mark.parametrize("objective", [Objective.GRPO, Objective.OPD])
+@pytest.mark.parametrize(
+    ("objective", "reduction"),
+    [
+        (Objective.GRPO, "sequence_mean"),
+        (Objective.GRPO, "token_mean"),  # SkyRL's default
+        (Objective.OPD, None),
+    ],
+)
 def test_streamed_gradient_equals_skyrl_batch_gradient_in_float64(
-    tmp_path: Path, true_float64: None, objective: Objective
+    tmp_path: Path, true_float64: None, objective: Objective, reduction: str | None
 ) -> None:
     student = build_tiny_model(tmp_path / "s", seed=0)
     teacher = build_tiny_model(tmp_path / "t", seed=1, tokenizer=load_tokenizer(student))
@@ -44,13 +51,13 @@ def test_streamed_gradient_equals_skyrl_batch_gradient_in_float64(
         batch = make_grpo_batch(rng, vocab=512, groups=3, group_size=4, reward_offset=3.0)
     else:
         batch = make_opd_batch(rng, _eager(teacher, torch.float64), vocab=512, trajectories=3)
-    algo = SkyRLAlgorithm.for_objective(objective, policy_loss="importance_sampling")
+    algo = SkyRLAlgorithm.for_objective(objective, "importance_sampling", reduction)
     model = _eager(student, torch.float64)
     params = [p for p in model.parameters() if p.requires_grad]
     theirs = torch.cat(
         [g.reshape(-1) for g in torch.autograd.grad(skyrl_batch_loss(model, batch, algo), params)]
     )
-    learner = Learner(_eager(student, torch.float64), parity_config(objective, "float64"))
+    learner = Learner(_eager(student, torch.float64), parity_config(objective, "float64", algo))
     ours = replay_update(learner, batch.shuffled(9), Schedule.STREAM).grad
     assert ours.dtype == theirs.dtype == torch.float64
     err = float((ours - theirs).norm() / theirs.norm())

@@ -34,6 +34,13 @@ def test_grpo_settings_map_to_the_exact_streaming_estimator(
     assert cfg.learner.group_reduction.value == "mean"
 
 
+def test_skyrl_default_token_mean_is_the_per_token_reduction() -> None:
+    learner = learner_settings(_algo(loss_reduction="token_mean"), Objective.GRPO)
+    cfg = load_run_config(data={"objective": "grpo", "learner": learner})
+    assert cfg.learner.token_weighting == "token_sum"
+    assert cfg.learner.group_reduction.value == "token_mean"
+
+
 def test_opd_recipe_is_accepted() -> None:
     algo = _algo(
         advantage_estimator="thundersync_opd",
@@ -47,7 +54,8 @@ def test_opd_recipe_is_accepted() -> None:
     ("skyrl", "field"),
     [
         ({"use_kl_loss": True}, "use_kl_loss"),  # SkyRL's default
-        ({"loss_reduction": "token_mean"}, "loss_reduction"),  # SkyRL's default, for GRPO
+        ({"loss_reduction": "prompt_mean"}, "loss_reduction"),
+        ({"loss_reduction": "seq_mean_token_sum_norm"}, "loss_reduction"),
         ({"policy_loss_type": "gspo"}, "policy_loss_type"),
         ({"advantage_estimator": "gae"}, "advantage_estimator"),
         ({"advantage_batch_normalize": True}, "advantage_batch_normalize"),

@@ -25,7 +25,8 @@ import thundersync.skyrl  # noqa: F401  (prepares the interpreter before skyrl i
 from thundersync.config import Objective, RunConfig, Schedule, load_run_config
 from thundersync.learner.batch_replay import LoggedBatch, replay_update
 from thundersync.learner.sources import GrpoContent, GrpoReward, OpdTurn
-from thundersync.skyrl.registry import SkyRLName, learner_estimator, register
+from thundersync.skyrl.registry import SkyRLName, register
+from thundersync.skyrl.switch import learner_settings
 
 
 @dataclass(frozen=True)
@@ -37,12 +38,16 @@ class SkyRLAlgorithm:
     loss_reduction: str
 
     @staticmethod
-    def for_objective(objective: Objective, policy_loss: str | None = None) -> SkyRLAlgorithm:
+    def for_objective(
+        objective: Objective, policy_loss: str | None = None, loss_reduction: str | None = None
+    ) -> SkyRLAlgorithm:
         """SkyRL's defaults for GRPO (`regular` PPO loss; at pi = pi_old every PPO-family loss
         has the same gradient, but `regular` takes its ratio in float32 whatever the dtype, so
         a float64 check names `importance_sampling`) and its OPD recipe."""
         if objective is Objective.GRPO:
-            return SkyRLAlgorithm("grpo", policy_loss or "regular", "sequence_mean")
+            return SkyRLAlgorithm(
+                "grpo", policy_loss or "regular", loss_reduction or "sequence_mean"
+            )
         return SkyRLAlgorithm(
             SkyRLName.OPD.value, policy_loss or "importance_sampling", "token_mean"
         )
@@ -168,20 +173,15 @@ def skyrl_batch_loss(model: nn.Module, batch: LoggedBatch, algo: SkyRLAlgorithm)
     return loss
 
 
-def parity_config(objective: Objective, dtype: str = "float32") -> RunConfig:
-    """The streaming learner's settings equal to `SkyRLAlgorithm.for_objective(objective)`."""
-    algo = SkyRLAlgorithm.for_objective(objective)
+def parity_config(
+    objective: Objective, dtype: str = "float32", algo: SkyRLAlgorithm | None = None
+) -> RunConfig:
+    """The streaming learner's settings for SkyRL algorithm `algo` (the switch's own mapping)."""
+    algo = algo or SkyRLAlgorithm.for_objective(objective)
     learner: dict[str, Any] = {"max_open_groups": 2, "device": "cpu", "accum_dtype": "float32"}
     if dtype == "float64":
         learner["accum_dtype"] = "float64"
-    if objective is Objective.GRPO:
-        if algo.loss_reduction != "sequence_mean":
-            raise ValueError("GRPO parity is defined for SkyRL's sequence_mean reduction")
-        learner |= {
-            "estimator": learner_estimator(algo.advantage_estimator).value,
-            "token_weighting": "seq_mean",
-            "group_reduction": "mean",
-        }
+    learner |= learner_settings(algo.config(), objective)
     return load_run_config(
         data={
             "objective": objective.value,

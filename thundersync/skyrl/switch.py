@@ -19,8 +19,15 @@ from thundersync.skyrl.registry import SkyRLName, learner_estimator
 ON_POLICY_LOSSES = frozenset(
     {"regular", "dual_clip", "importance_sampling", SkyRLName.POLICY_GRADIENT.value}
 )
-# the reduction per objective that the streaming learner reproduces exactly
-REDUCTION = {Objective.GRPO: "sequence_mean", Objective.OPD: "token_mean"}
+# SkyRL loss reductions the streaming learner reproduces exactly, per objective: its learner settings
+GRPO_REDUCTIONS: dict[str, dict[str, str]] = {
+    "sequence_mean": {"token_weighting": "seq_mean", "group_reduction": GroupReduction.MEAN.value},
+    "token_mean": {
+        "token_weighting": "token_sum",
+        "group_reduction": GroupReduction.TOKEN_MEAN.value,
+    },
+}
+OPD_REDUCTIONS: dict[str, dict[str, str]] = {"token_mean": {}}
 
 
 class SkyRLConfigError(ValueError):
@@ -50,11 +57,12 @@ def learner_settings(algo: Any, objective: Objective) -> dict[str, Any]:
         if _get(algo, flag, False):
             raise _refuse(flag, True, fix)
     reduction = _get(algo, "loss_reduction", "token_mean")
-    if reduction != REDUCTION[objective]:
+    exact = GRPO_REDUCTIONS if objective is Objective.GRPO else OPD_REDUCTIONS
+    if reduction not in exact:
         raise _refuse(
             "loss_reduction",
             reduction,
-            f"{objective.value} streams exactly with {REDUCTION[objective]!r}: set that",
+            f"{objective.value} streams exactly with {' or '.join(map(repr, exact))}: set one",
         )
     if objective is Objective.OPD:
         return {}
@@ -63,8 +71,4 @@ def learner_settings(algo: Any, objective: Objective) -> dict[str, Any]:
         estimator = learner_estimator(est, grpo_norm_by_std=_get(algo, "grpo_norm_by_std", True))
     except ValueError as e:
         raise SkyRLConfigError(str(e)) from None
-    return {
-        "estimator": estimator.value,
-        "token_weighting": "seq_mean",
-        "group_reduction": GroupReduction.MEAN.value,
-    }
+    return {"estimator": estimator.value, **GRPO_REDUCTIONS[reduction]}
