@@ -81,7 +81,7 @@ def write_shm(
     version: int,
     owners: tuple[int, ...] = (),
 ) -> ShmWeights:
-    """Write every tensor (detached, on CPU, contiguous) into `path`; the index is written last
+    """Write every tensor (detached, contiguous; from any device) into `path`; the index is written last
     (atomically), so a reader that finds it finds complete bytes. `owners`: the pids whose end
     makes the segment an orphan (`sweep_orphans` removes it once none of them is alive).
 
@@ -95,6 +95,11 @@ def write_shm(
     for name, t in state_dict.items():
         if t.dtype not in _NAMES:
             raise WeightWireError(f"tensor {name!r} has dtype {t.dtype}: not publishable")
+        if t.device.type == "meta":  # checked before the slot is touched
+            raise WeightWireError(
+                f"tensor {name!r} is on the meta device and has no bytes to publish: "
+                "materialise the model (to_empty, then load its weights) before publishing"
+            )
         offset = -(-offset // _ALIGN) * _ALIGN
         nbytes = t.numel() * t.element_size()
         entries.append(
@@ -159,7 +164,13 @@ def _copy_bytes(mm: mmap.mmap, offset: int, t: torch.Tensor) -> None:
     over torch's intra-op threads, and on a host whose cores the engines keep busy each of those
     barriers waits for a descheduled thread (measured: 0.17 s instead of 4 ms for a 14 MB model
     beside two vLLM replicas)."""
-    src = t.detach().contiguous().reshape(-1).view(torch.uint8).numpy()
+    flat = t.detach().contiguous().reshape(-1).view(torch.uint8)
+    if flat.device.type != "cpu":  # a learner on an accelerator: one device-to-host copy
+        host = torch.frombuffer(mm, dtype=torch.uint8, count=flat.numel(), offset=offset)
+        host.copy_(flat)
+        del host  # the mmap cannot close while a tensor still exports its buffer
+        return
+    src = flat.numpy()
     dst = np.frombuffer(mm, dtype=np.uint8, count=src.size, offset=offset)
     np.copyto(dst, src)
     del dst  # the mmap cannot close while an array still exports its buffer

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -40,3 +42,12 @@ def test_half_billion_parameter_update_fits_and_reports_peak_memory() -> None:
     res = memory_check("cuda")
     assert 0.4 <= res["params_b"] <= 0.6 and res["master_dtype"] == "float32"
     assert 0 < res["peak_gb_sync"] < 60 and 0 < res["peak_gb_stream"] < 60, res
+
+
+def test_cuda_weights_publish_to_shared_memory_bit_for_bit(tmp_path: Path) -> None:
+    """The shared-memory publish takes the learner's CUDA tensors (it called .numpy() on them)."""
+    from thundersync.rollout.weight_wire import read_shm, write_shm
+
+    sd = {"a": torch.randn(64, 8, device="cuda"), "b": torch.randn(5, device="cuda").bfloat16()}
+    back = read_shm(write_shm(tmp_path / "seg.bin", sd, version=1))
+    assert all(torch.equal(back[k], v.cpu()) for k, v in sd.items())

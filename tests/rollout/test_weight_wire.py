@@ -55,6 +55,16 @@ def test_segment_round_trips_every_dtype_bit_for_bit(tmp_path: Path) -> None:
         read_shm(w)
 
 
+def test_a_meta_tensor_is_refused_by_name_before_the_slot_is_touched(tmp_path: Path) -> None:
+    """Tensors off the CPU are copied device-to-host (tests/gpu: CUDA); a meta tensor has no
+    bytes: refused by name, and the slot keeps its published version."""
+    w = write_shm(tmp_path / "seg.bin", {"a": torch.randn(4)}, version=1)
+    meta = {"a": torch.randn(4), "m": torch.empty(3, device="meta")}
+    with pytest.raises(WeightWireError, match="'m' is on the meta device"):
+        write_shm(tmp_path / "seg.bin", meta, version=2)
+    assert read_index(w)["version"] == 1  # the published version is intact
+
+
 def test_a_slot_rewritten_in_place_holds_the_new_version_exactly(tmp_path: Path) -> None:
     a = {"w": torch.randn(64, 8), "b": torch.randn(3).to(torch.bfloat16)}
     b = {k: v + 1 for k, v in a.items()}
