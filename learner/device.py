@@ -16,21 +16,32 @@ from thundersync.config import AccumDevice, Device
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
 
 
+def canonical_device(d: torch.device) -> torch.device:
+    """`cuda` as a tensor on it reports its device (`cuda:0`), so `t.device == d` holds: a bare
+    `cuda` compares unequal to `cuda:0`, which sent device-accumulator gradients through the
+    host staging path (and a CUDA sum then met a host gradient)."""
+    if d.type == "cuda" and d.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return d
+
+
 def resolve_device(device: Device | str) -> torch.device:
     """`auto` is cuda when torch sees a GPU, else cpu; `cuda` without one is refused."""
     d = Device(device)
     if d is Device.AUTO:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return canonical_device(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
     if d is Device.CUDA and not torch.cuda.is_available():
         raise RuntimeError(
             "learner.device is cuda but torch sees no GPU (CPU build or no driver): "
             "set learner.device: auto or cpu"
         )
-    return torch.device(d.value)
+    return canonical_device(torch.device(d.value))
 
 
 def accumulator_device(accum: AccumDevice | str, compute: torch.device) -> torch.device:
-    return torch.device("cpu") if AccumDevice(accum) is AccumDevice.HOST else compute
+    if AccumDevice(accum) is AccumDevice.HOST:
+        return torch.device("cpu")
+    return canonical_device(compute)
 
 
 def set_determinism(enabled: bool, device: torch.device) -> None:

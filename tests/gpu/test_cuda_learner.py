@@ -30,6 +30,29 @@ def test_bf16_on_cuda_steps_fp32_master_weights_within_the_paper_bound(objective
     assert res["max_gap_vs_fp32_sync"] >= 100 * res["max_param_gap"], res
 
 
+def test_device_accumulators_equal_host_accumulators_on_cuda() -> None:
+    """learner.accum_device=device (sums on the GPU) gives the host-accumulator update; it crashed
+    on the first GPU run (a bare `cuda` compared unequal to the tensors' `cuda:0`)."""
+    import random
+
+    from thundersync.bench.gpu_checks import SMALL, _long_batch, _model
+    from thundersync.config import Schedule, load_run_config
+    from thundersync.learner.batch_replay import replay_update
+    from thundersync.learner.trainer import Learner
+
+    batch = _long_batch(random.Random(2), 512, 16, 32)
+    grads = []
+    for acc in ("host", "device"):
+        torch.manual_seed(0)
+        cfg = load_run_config(
+            data={"learner": {"device": "cuda", "accum_device": acc, "max_open_groups": 2}}
+        )
+        learner = Learner(_model(SMALL, 512, torch.float32), cfg)
+        grads.append(replay_update(learner, batch, Schedule.STREAM).grad.double().cpu())
+    assert torch.allclose(grads[0], grads[1], rtol=1e-5, atol=1e-7)
+    assert grads[1].norm() > 0
+
+
 def test_deterministic_mode_gives_the_same_bits_twice() -> None:
     from thundersync.bench.gpu_checks import determinism_check
 
