@@ -15,6 +15,12 @@ ENV PATH=/opt/venv/bin:$PATH
 RUN pip install --index-url "https://download.pytorch.org/whl/${TORCH_CUDA}" torch==2.13.0
 COPY deploy/docker/requirements.lock /tmp/requirements.lock
 RUN pip install -r /tmp/requirements.lock
+# SkyRL (thundersync.skyrl: the switch, SkyRL runs through the service): its pinned needs, then
+# skyrl itself past its metadata's Python / transformers bounds, as scripts/setup.sh does
+COPY scripts/skyrl-requirements.txt /tmp/skyrl-requirements.txt
+RUN grep -v '^skyrl==' /tmp/skyrl-requirements.txt > /tmp/skyrl-needs.txt \
+ && pip install -r /tmp/skyrl-needs.txt \
+ && pip install --no-deps --ignore-requires-python skyrl==0.4.0
 WORKDIR /opt/thundersync
 COPY pyproject.toml README.md alembic.ini ./
 COPY alembic ./alembic

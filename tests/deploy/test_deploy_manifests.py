@@ -171,6 +171,20 @@ def test_tsrl_images_are_multi_stage_and_ignore_build_junk() -> None:
     assert "TSRL_VLLM_PYTHON=/opt/vllm/bin/python" in (DOCKER / "engine.Dockerfile").read_text()
 
 
+def test_images_install_the_pinned_skyrl() -> None:
+    """The learner and service images install the skyrl of scripts/skyrl-requirements.txt."""
+    root = DOCKER.parents[1]
+    pin = next(
+        line
+        for line in (root / "scripts" / "skyrl-requirements.txt").read_text().splitlines()
+        if line.startswith("skyrl==")
+    )
+    for name in ("learner", "service"):
+        text = (DOCKER / f"{name}.Dockerfile").read_text()
+        assert f"--ignore-requires-python {pin}" in text, name
+        assert "COPY scripts/skyrl-requirements.txt" in text, name
+
+
 def test_requirements_lock_satisfies_pyproject() -> None:
     tomllib = pytest.importorskip("tomllib")
     from packaging.requirements import Requirement

@@ -113,7 +113,13 @@ def skyrl_config(
         from skyrl.train.config import SkyRLTrainConfig
 
         from thundersync.skyrl.translate import run_config_from_skyrl
-
+    except ImportError as err:  # a deployment without skyrl: say so, not a 500
+        raise config_error(
+            f"skyrl: this service cannot read SkyRL configs ({err}); install skyrl as "
+            "scripts/setup.sh does (the service image has it)",
+            ["skyrl"],
+        ) from None
+    try:
         return run_config_from_skyrl(SkyRLTrainConfig.from_cli_overrides(sky), overrides)
     except (ConfigError, DatasetError) as err:
         raise config_error(str(err), ["config"]) from None
