@@ -140,3 +140,18 @@ def test_confined_rows_stay_in_the_dataset_folder(tmp_path: Path) -> None:
     f.write_text(json.dumps({"env_class": "tsrl-terminal", "executor": "local"}))
     with pytest.raises(DatasetError, match="column 'executor' is ThunderSync's to set"):
         dataset_tasks(f, {})
+
+
+def test_skyrl_distillation_recipe_becomes_an_opd_run_with_the_ref_model_as_teacher(
+    tmp_path: Path,
+) -> None:
+    opd = {
+        "trainer.algorithm.advantage_estimator": "thundersync_opd",
+        "trainer.algorithm.policy_loss_type": "importance_sampling",
+        "trainer.algorithm.loss_reduction": "token_mean",
+    }
+    # SkyRL's ref model defaults to the policy: so does the teacher
+    assert _translate(tmp_path, **opd).teacher.model == str(tmp_path / "m")  # type: ignore[attr-defined]
+    cfg = _translate(tmp_path, **opd, **{"trainer.ref.model.path": str(tmp_path / "teacher")})
+    assert cfg.objective.value == "opd"  # type: ignore[attr-defined]
+    assert cfg.teacher.model == str(tmp_path / "teacher")  # type: ignore[attr-defined]
