@@ -74,9 +74,10 @@ def test_bench_skyrl_reports_parity_in_one_json_line(tmp_path: Path) -> None:
     )
     res = json.loads(out.stdout.strip().splitlines()[-1])
     assert res["skyrl_version"] == "0.4.0"
-    for objective in ("grpo", "opd"):
-        r = res[objective]
+    for key in ("grpo", "grpo_token_mean", "opd"):
+        r = res[key]
         assert len(r["grad_rel_err"]) == 2
         assert r["parity_grad_rel_err"] <= 1e-6, r
         assert r["parity_param_gap"] < 1e-3, r
     assert res["grpo"]["learner_estimator"] == "grpo_sample_std"
+    assert res["grpo_token_mean"]["skyrl_algorithm"]["loss_reduction"] == "token_mean"

@@ -25,12 +25,15 @@ def bench_skyrl(
     if dtype not in ("float32", "float64"):
         raise typer.BadParameter("use --dtype float32 or --dtype float64")
     res: dict[str, object] = {"skyrl_version": version("skyrl")}
-    for objective in (Objective.GRPO, Objective.OPD):
-        r = run_parity(objective, updates=updates, seed=seed, dtype=dtype)
-        res[objective.value] = r
+    # GRPO with SkyRL's sequence_mean and with its default token_mean; OPD's recipe
+    cases = [("grpo", Objective.GRPO, None), ("grpo_token_mean", Objective.GRPO, "token_mean")]
+    cases.append(("opd", Objective.OPD, None))
+    for key, objective, reduction in cases:
+        r = run_parity(objective, updates=updates, seed=seed, dtype=dtype, loss_reduction=reduction)
+        res[key] = r
         if not as_json:
             typer.echo(
-                f"{objective.value}: grad rel err per update "
+                f"{key}: grad rel err per update "
                 + ", ".join(f"{e:.2e}" for e in r["grad_rel_err"])
                 + f"; param gap after {updates} updates {r['parity_param_gap']:.2e}"
             )

@@ -197,7 +197,12 @@ def _flat(params: Sequence[torch.Tensor]) -> torch.Tensor:
 
 
 def run_parity(
-    objective: Objective, *, updates: int = 4, seed: int = 0, dtype: str = "float32"
+    objective: Objective,
+    *,
+    updates: int = 4,
+    seed: int = 0,
+    dtype: str = "float32",
+    loss_reduction: str | None = None,
 ) -> dict[str, Any]:
     """Per update, at the same weights: the relative gap between the streaming gradient and
     SkyRL's. After all updates, each side having trained on its own: the parameter gap
@@ -207,8 +212,8 @@ def run_parity(
     from thundersync.learner.device import DTYPES
     from thundersync.learner.trainer import Learner
 
-    cfg = parity_config(objective, dtype)
-    algo = SkyRLAlgorithm.for_objective(objective)
+    algo = SkyRLAlgorithm.for_objective(objective, loss_reduction=loss_reduction)
+    cfg = parity_config(objective, dtype, algo)
     with tempfile.TemporaryDirectory() as tmp:
         student, teacher = make_models(Path(tmp))
         batches = make_batches(objective, updates, teacher, 0.0, seed)
