@@ -1,14 +1,17 @@
 """HF Llama made truly float64 for exactness tests: its RMSNorm, RoPE tables and eager softmax
 compute in float32 whatever the model's dtype, which would cap a float64 comparison at ~1e-7.
-`tests/conftest.py` exposes `patch_llama_in_dtype` as the `true_float64` fixture."""
+`tests/conftest.py` exposes `patch_llama_in_dtype` as the `true_float64` fixture;
+`install_in_dtype` patches a process outside pytest (tests/driver/test_failure_policy.py)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pytest
 import torch
 from transformers.models.llama import modeling_llama as hf_llama
+
+if TYPE_CHECKING:  # importable without pytest: a spawned learner's sitecustomize imports it
+    import pytest
 
 
 def _rms_norm_in_dtype(self: Any, hidden_states: torch.Tensor) -> torch.Tensor:
@@ -51,6 +54,13 @@ def _eager_attention_in_dtype(
     weights = torch.softmax(weights, dim=-1)  # in the input dtype, not fp32
     out = torch.matmul(weights, value).transpose(1, 2).contiguous()
     return out, weights
+
+
+def install_in_dtype() -> None:
+    """The same patches for the rest of this process (no restore)."""
+    hf_llama.LlamaRMSNorm.forward = _rms_norm_in_dtype  # type: ignore[method-assign]
+    hf_llama.LlamaRotaryEmbedding.forward = _rope_in_dtype  # type: ignore[method-assign,assignment]
+    hf_llama.eager_attention_forward = _eager_attention_in_dtype
 
 
 def patch_llama_in_dtype(monkeypatch: pytest.MonkeyPatch) -> None:

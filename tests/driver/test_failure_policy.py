@@ -9,7 +9,6 @@ import json
 import os
 import uuid
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
@@ -31,51 +30,29 @@ from thundersync.service.tables import Run
 CRASH = "RuntimeError: injected rollout worker crash"
 
 # HF Llama runs RMSNorm and its RoPE tables in fp32 even for a float64 model (DESIGN.md: fp64
-# checks stall at ~1e-7); these two, in the input dtype, make the run truly float64. The test
-# installs them in its own process and, through a sitecustomize on PYTHONPATH, in the spawned
-# learner process (the same patches as tests/learner/test_float64_reference.py's `true_float64`).
-F64_PATCH = """
-import torch
-
-
-def rms_norm(self, x):
-    var = x.pow(2).mean(-1, keepdim=True)
-    return self.weight * (x * torch.rsqrt(var + self.variance_epsilon))
-
-
-@torch.no_grad()
-def rope(self, x, position_ids):
-    cfg = self.config
-    dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    exponent = torch.arange(0, dim, 2, dtype=x.dtype, device=x.device) / dim
-    inv_freq = 1.0 / (cfg.rope_parameters["rope_theta"] ** exponent)
-    freqs = position_ids[..., None].to(x.dtype) * inv_freq
-    emb = torch.cat((freqs, freqs), dim=-1)
-    return emb.cos() * self.attention_scaling, emb.sin() * self.attention_scaling
-"""
-INSTALL = """
+# checks stall at ~1e-7); tests/hf_float64.py computes them in the input dtype. The test installs
+# it in its own process and, through a sitecustomize on PYTHONPATH, in the spawned learner process.
+SITECUSTOMIZE = f"""
+import sys
+sys.path.append({str(Path(__file__).resolve().parents[1])!r})
 try:
-    import transformers.models.llama.modeling_llama as hf_llama
+    import hf_float64
 except ImportError:  # a process without transformers (e.g. inside a sandbox)
     pass
 else:
-    hf_llama.LlamaRMSNorm.forward = rms_norm
-    hf_llama.LlamaRotaryEmbedding.forward = rope
+    hf_float64.install_in_dtype()
 """
 
 
 @pytest.fixture
 def true_float64(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    import transformers.models.llama.modeling_llama as hf_llama
+    from hf_float64 import patch_llama_in_dtype
 
     site = tmp_path_factory.mktemp("site")
-    (site / "sitecustomize.py").write_text(F64_PATCH + INSTALL)
+    (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
     old = [x for x in [os.environ.get("PYTHONPATH")] if x]
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), *old]))
-    ns: dict[str, Any] = {}
-    exec(F64_PATCH, ns)
-    monkeypatch.setattr(hf_llama.LlamaRMSNorm, "forward", ns["rms_norm"])
-    monkeypatch.setattr(hf_llama.LlamaRotaryEmbedding, "forward", ns["rope"])
+    patch_llama_in_dtype(monkeypatch)
 
 
 def _cfg(recipe: str, **over: object) -> RunConfig:

@@ -64,3 +64,16 @@ def wait_final(client: Any, run_id: str, headers: dict[str, str]) -> dict[str, A
         lambda: client.get(f"/api/v1/runs/{run_id}", headers=headers).json(),
         lambda r: r["status"] in ("succeeded", "failed", "cancelled"),
     )
+
+
+def wait_succeeded(api: Any, run_id: str, timeout_s: float = 600) -> dict[str, Any]:
+    """Wait for the run to end (`api`: an httpx.Client with a token); assert it succeeded, with
+    its output log's tail as the message."""
+    run = wait_for(
+        lambda: api.get(f"/api/v1/runs/{run_id}").json(),
+        lambda r: r["status"] in ("succeeded", "failed", "cancelled"),
+        timeout_s,
+    )
+    logs = api.get(f"/api/v1/runs/{run_id}/logs?source=output").json()["text"]
+    assert run["status"] == "succeeded", (run, logs[-3000:])
+    return dict(run)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from service_helpers import wait_succeeded
 
 TSRL = str(Path(sys.executable).parent / "tsrl")
 
@@ -89,14 +90,7 @@ def test_grpo_toy_two_updates_end_to_end(served: tuple[str, str]) -> None:
         res = api.post("/api/v1/runs", json={"recipe": "grpo-toy", "overrides": {"updates": 2}})
         assert res.status_code == 201, res.text
         run_id = res.json()["id"]
-        deadline = time.monotonic() + 600
-        run = api.get(f"/api/v1/runs/{run_id}").json()
-        while run["status"] not in ("succeeded", "failed", "cancelled"):
-            assert time.monotonic() < deadline, run
-            time.sleep(0.5)
-            run = api.get(f"/api/v1/runs/{run_id}").json()
-        logs = api.get(f"/api/v1/runs/{run_id}/logs?source=output").json()["text"]
-        assert run["status"] == "succeeded", (run, logs[-3000:])
+        wait_succeeded(api, run_id)
         updates = api.get(f"/api/v1/runs/{run_id}/updates").json()
         assert [u["update"] for u in updates["data"]] == [0, 1]
         assert all(u["step_s"] > 0 for u in updates["data"])

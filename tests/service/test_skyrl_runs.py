@@ -6,7 +6,6 @@ set's folder, and the run trains with the real driver and shows on the dashboard
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 from fastapi.testclient import TestClient
+from service_helpers import wait_succeeded
 from test_acceptance_flow import served  # noqa: F401  (the fixture: `tsrl serve` + real driver)
 
 from thundersync.hf_models import build_tiny_model
@@ -123,14 +123,7 @@ def test_a_skyrl_run_trains_through_the_service_and_shows_on_the_dashboard(
         res = api.post(RUNS, json={"skyrl": SKYRL})
         assert res.status_code == 201, res.text
         run_id = res.json()["id"]
-        deadline = time.monotonic() + 600
-        run = api.get(f"{RUNS}/{run_id}").json()
-        while run["status"] not in ("succeeded", "failed", "cancelled"):
-            assert time.monotonic() < deadline, run
-            time.sleep(0.5)
-            run = api.get(f"{RUNS}/{run_id}").json()
-        logs = api.get(f"{RUNS}/{run_id}/logs?source=output").json()["text"]
-        assert run["status"] == "succeeded", (run, logs[-3000:])
+        wait_succeeded(api, run_id)
         updates = api.get(f"{RUNS}/{run_id}/updates").json()["data"]
         assert [u["update"] for u in updates] == [0, 1]
         assert all(u["step_s"] > 0 and u["tokens"] > 0 for u in updates)

@@ -90,29 +90,22 @@ def test_registered_entries_run_through_skyrl() -> None:
     assert SkyRLName.POLICY_GRADIENT.value in ppo_utils.PolicyLossRegistry.list_available()
     rng = random.Random(3)
     rewards, mask, index = _batch(rng, [4, 4, 6])
-    mine, _ = ppo_utils.compute_advantages_and_returns(
-        token_level_rewards=rewards.clone(),
-        response_mask=mask,
-        index=index,
-        adv_estimator=SkyRLName.GRPO_SAMPLE_STD.value,
-        config=None,
-    )
-    theirs, _ = ppo_utils.compute_advantages_and_returns(
-        token_level_rewards=rewards.clone(),
-        response_mask=mask,
-        index=index,
-        adv_estimator="grpo",
-        config=None,
-    )
+
+    def through_skyrl(name: str) -> torch.Tensor:
+        adv, _ = ppo_utils.compute_advantages_and_returns(
+            token_level_rewards=rewards.clone(),
+            response_mask=mask,
+            index=index,
+            adv_estimator=name,
+            config=None,
+        )
+        return adv
+
+    theirs = through_skyrl("grpo")
+    mine = through_skyrl(SkyRLName.GRPO_SAMPLE_STD.value)
     assert torch.allclose(mine, theirs, rtol=0, atol=1e-12)
     # ThunderSync's grpo (population std) is a different estimator: the two must differ
-    pop, _ = ppo_utils.compute_advantages_and_returns(
-        token_level_rewards=rewards.clone(),
-        response_mask=mask,
-        index=index,
-        adv_estimator=SkyRLName.GRPO.value,
-        config=None,
-    )
+    pop = through_skyrl(SkyRLName.GRPO.value)
     assert not torch.allclose(pop, theirs, rtol=0, atol=1e-6)
     assert torch.equal(pop == 0, mask == 0)
 
