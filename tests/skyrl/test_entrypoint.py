@@ -13,7 +13,7 @@ import pytest
 from skyrl.train.config import SkyRLTrainConfig
 
 from thundersync.config import ConfigError, load_run_config
-from thundersync.hf_models import build_tiny_model
+from thundersync.hf_models import build_tiny_model, load_tokenizer
 from thundersync.sandbox.envs.fixtures import builtin_task_dir, terminal_tasks
 from thundersync.skyrl.dataset import DatasetError, dataset_tasks
 from thundersync.skyrl.switch import SkyRLConfigError
@@ -72,6 +72,46 @@ def test_skyrl_entry_point_with_the_switch_trains_on_shipped_terminal_tasks(
     assert all(u["sources"] == 4 and u["max_staleness"] == 0 for u in updates)
     assert all("score/reward" in u for u in updates)  # rewards from the tasks' verifiers
     assert json.loads((run / "status.json").read_text())["status"] == "succeeded"
+
+
+def test_skyrl_distillation_recipe_through_the_switch_trains_with_its_ref_model_as_teacher(
+    tmp_path: Path,
+) -> None:
+    model = build_tiny_model(tmp_path / "model", seed=0)
+    teacher = build_tiny_model(tmp_path / "teacher", seed=1, tokenizer=load_tokenizer(model))
+    data = _dataset(tmp_path / "train.jsonl")
+    opd = {
+        "trainer.algorithm.advantage_estimator": "thundersync_opd",
+        "trainer.algorithm.policy_loss_type": "importance_sampling",
+        "trainer.algorithm.loss_reduction": "token_mean",
+        "trainer.ref.model.path": str(teacher),
+        "trainer.max_training_steps": 1,
+        "trainer.run_name": "skyrl-opd",
+    }
+    args = ["trainer.override_entrypoint=thundersync.skyrl.entrypoint"]
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "thundersync.skyrl.entrypoint",
+            *args,
+            *_overrides(model, data, **opd),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    run = tmp_path / "runs" / "skyrl-opd"
+    cfg = json.loads((run / "config.json").read_text())
+    assert cfg["objective"] == "opd" and cfg["teacher"]["model"] == str(teacher)
+    (update,) = [
+        json.loads(line)
+        for line in (run / "metrics.jsonl").read_text().splitlines()
+        if json.loads(line).get("type") == "update"
+    ]
+    assert update["scored_tokens"] > 0 and update["kl_mean"] != 0.0  # the teacher scored turns
 
 
 def _translate(tmp_path: Path, **extra: object) -> object:
