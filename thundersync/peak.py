@@ -1,9 +1,12 @@
 """The peak FLOP/s that MFU divides by, measured on this machine (unless `mfu_peak_flops` is set).
 
 A fixed guess (it was 1e11) makes MFU meaningless across machines. Here: the best of a few rounds
-of square fp32 matmuls (the learner's dominant op) on the thread count the learner uses, on the
-CPU (or on the GPU when the learner runs on CUDA), cached per machine, device, torch version and
-threads under the ThunderSync cache, so a run measures it once (well under a second).
+of square matmuls (the learner's dominant op) in the learner's compute dtype, on the thread count
+the learner uses, on the CPU (or on the GPU when the learner runs on CUDA), cached per machine,
+device, dtype, size, torch version and threads under the ThunderSync cache, so a run measures it
+once. On a GPU the matrices are 8192 wide and the dtype is the model's (bf16 for a bf16 model):
+a 1024-wide fp32 product reaches a few percent of an H200's dense bf16 peak, which overstated
+MFU about 20x there.
 """
 
 from __future__ import annotations
@@ -17,12 +20,15 @@ import torch
 
 from thundersync.cache import cache_root
 
-_N = 1024
+_N = 1024  # CPU
+_N_GPU = 8192
 
 
-def _measure(device: torch.device, rounds: int = 5, reps: int = 4) -> float:
-    a = torch.randn(_N, _N, device=device)
-    b = torch.randn(_N, _N, device=device)
+def _measure(
+    device: torch.device, dtype: torch.dtype, n: int, rounds: int = 5, reps: int = 4
+) -> float:
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
     a @ b  # warm up (kernel selection, caches)
     best = float("inf")
     for _ in range(rounds):
@@ -34,14 +40,23 @@ def _measure(device: torch.device, rounds: int = 5, reps: int = 4) -> float:
         if device.type == "cuda":
             torch.cuda.synchronize()
         best = min(best, (time.perf_counter() - t0) / reps)
-    return 2 * _N**3 / best
+    return 2 * n**3 / best
 
 
-def measured_peak_flops(device: str | torch.device = "cpu", threads: int | None = None) -> float:
+def measured_peak_flops(
+    device: str | torch.device = "cpu",
+    threads: int | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> float:
     dev = torch.device(device)
     threads = threads or torch.get_num_threads()
+    n = _N_GPU if dev.type == "cuda" else _N
     name = dev.type if dev.type != "cuda" else torch.cuda.get_device_name(dev).replace(" ", "_")
-    key = f"{platform.node()}-{platform.machine()}-{name}-t{threads}-torch{torch.__version__}"
+    kind = str(dtype).removeprefix("torch.")
+    key = (
+        f"{platform.node()}-{platform.machine()}-{name}-{kind}-n{n}-t{threads}"
+        f"-torch{torch.__version__}"
+    )
     path = cache_root() / "peak-flops" / f"{key}.json"
     try:
         return float(json.loads(path.read_text())["flops"])
@@ -50,11 +65,11 @@ def measured_peak_flops(device: str | torch.device = "cpu", threads: int | None 
     old = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        flops = _measure(dev)
+        flops = _measure(dev, dtype, n)
     finally:
         torch.set_num_threads(old)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"flops": flops, "n": _N, "threads": threads}))
+    tmp.write_text(json.dumps({"flops": flops, "n": n, "dtype": kind, "threads": threads}))
     tmp.replace(path)  # atomic: racing runs both write a valid file
     return flops

@@ -28,3 +28,16 @@ def test_a_configured_peak_wins_over_the_measured_one() -> None:
     assert update_record(cfg, 0, times, UpdateTally(), None, 1, 7e9)["peak_flops"] == 5e9
     cfg = load_run_config("grpo-toy")
     assert update_record(cfg, 0, times, UpdateTally(), None, 1, 7e9)["peak_flops"] == 7e9
+
+
+def test_the_peak_is_per_compute_dtype(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bf16 learner's MFU divides by a bf16 matmul's peak, not fp32's (on a GPU the two differ
+    ~15x); each dtype is measured and cached apart."""
+    import torch
+
+    monkeypatch.setenv("TSRL_CACHE", str(tmp_path))
+    fp32 = measured_peak_flops("cpu", threads=1)
+    bf16 = measured_peak_flops("cpu", threads=1, dtype=torch.bfloat16)
+    cached = sorted(p.name for p in (tmp_path / "peak-flops").glob("*.json"))
+    assert len(cached) == 2 and any("-bfloat16-" in c for c in cached), cached
+    assert fp32 > 0 and bf16 > 0

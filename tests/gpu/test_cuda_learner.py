@@ -74,3 +74,12 @@ def test_cuda_weights_publish_to_shared_memory_bit_for_bit(tmp_path: Path) -> No
     sd = {"a": torch.randn(64, 8, device="cuda"), "b": torch.randn(5, device="cuda").bfloat16()}
     back = read_shm(write_shm(tmp_path / "seg.bin", sd, version=1))
     assert all(torch.equal(back[k], v.cpu()) for k, v in sd.items())
+
+
+def test_mfu_peak_on_cuda_is_the_bf16_matmul_peak() -> None:
+    """MFU's peak on a GPU: 8192-wide products in the compute dtype (bf16 at least 5x fp32)."""
+    from thundersync.peak import measured_peak_flops
+
+    bf16 = measured_peak_flops("cuda", threads=1, dtype=torch.bfloat16)
+    fp32 = measured_peak_flops("cuda", threads=1)
+    assert bf16 > 5 * fp32 and bf16 > 1e14, (bf16, fp32)

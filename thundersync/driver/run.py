@@ -212,11 +212,14 @@ class RunDriver:
         thread, as the learner runs; cached)."""
         if self.cfg.mfu_peak_flops is not None:
             return self.cfg.mfu_peak_flops
-        from thundersync.learner.device import resolve_device
+        from thundersync.learner.device import DTYPES, resolve_device
         from thundersync.peak import measured_peak_flops
 
-        peak = measured_peak_flops(resolve_device(self.cfg.learner.device), threads=1)
-        self.files.write_log(f"mfu: peak {peak:.3g} FLOP/s measured on this machine (fp32 matmul)")
+        dtype = DTYPES[self.cfg.model.dtype]
+        peak = measured_peak_flops(resolve_device(self.cfg.learner.device), threads=1, dtype=dtype)
+        self.files.write_log(
+            f"mfu: peak {peak:.3g} FLOP/s measured on this machine ({self.cfg.model.dtype} matmul)"
+        )
         return peak
 
     def _update(self, k: int, pool: list[TaskRef]) -> None:
