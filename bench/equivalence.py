@@ -255,6 +255,9 @@ def run_equivalence(
             row["delta_masked"] = _gap(sync_k, masked_sync["params"][k], theta0)
         if one_rank_sync is not None:
             row["delta_vs_1rank"] = _gap(sync_k, one_rank_sync["params"][k], theta0)
+            row["grad_rel_err_vs_1rank"] = _rel(
+                runs["sync"]["grads"][k - 1], one_rank_sync["grads"][k - 1]
+            )
         if fp32_sync is not None:
             row["delta_vs_fp32_sync"] = _gap(
                 runs["stream"]["params"][k], fp32_sync["params"][k], fp32_sync["params"][0]
@@ -280,6 +283,7 @@ def run_equivalence(
         result["masked_param_gap"] = max(r["delta_masked"] for r in per_update)
     if ranks == 2:
         result["rank_param_gap"] = max(r["delta_vs_1rank"] for r in per_update)
+        result["rank_grad_rel_err"] = max(r["grad_rel_err_vs_1rank"] for r in per_update)
     result["dtype"] = dtype
     result["device"] = device
     master, compute = runs["sync"]["dtypes"]  # read off the learner and its optimizer

@@ -82,7 +82,7 @@ def barrier_step(
     summed = objective is Objective.GRPO and group_reduction is GroupReduction.SUM
     normaliser = 1.0 if summed else sources
     # -sum / normaliser in the master dtype, inside the accumulator's own storage
-    master = optimizer.master[0].dtype if optimizer.master else None
+    master = optimizer.step_dtype if optimizer.master else None
     grad, norm = engine.acc.finish(normaliser, master)
     if not math.isfinite(norm):
         raise BarrierError(f"update {version}: gradient norm is {norm}; the step was not taken")

@@ -131,7 +131,7 @@ class Learner:
 
     @property
     def master_dtype(self) -> torch.dtype:
-        return self.optimizer.master[0].dtype
+        return self.optimizer.step_dtype
 
     # ---- checkpoint ------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
