@@ -45,6 +45,14 @@ def _sandbox_extras(cfg: RunConfig) -> dict[str, Any]:
     return {"backend": cfg.env.sandbox, "pool_size": cfg.rollout.concurrency}
 
 
+def _agent_extras(cfg: RunConfig) -> dict[str, Any]:
+    """The run's settings for an agent env: sandbox, turn budget, worked examples."""
+    extras = _sandbox_extras(cfg) | {"max_turns": cfg.rollout.max_turns}
+    if cfg.env.examples:  # plain dicts: extras cross to Ray workers
+        extras["examples"] = [e.model_dump() for e in cfg.env.examples]
+    return extras
+
+
 def toy_tasks(cfg: RunConfig) -> list[TaskRef]:
     extras = _sandbox_extras(cfg) | {
         "tool_turns": cfg.rollout.max_turns - 1,
@@ -78,9 +86,7 @@ def terminal_tasks(cfg: RunConfig) -> list[TaskRef]:
         dirs = fixtures.terminal_tasks()
         if str(cfg.env.sandbox) == "local":
             dirs = [d for d in dirs if not local_gap(load_task(d).dockerfile)]
-    extras = _sandbox_extras(cfg) | {"max_turns": cfg.rollout.max_turns}
-    if cfg.env.examples:  # plain dicts: extras cross to Ray workers
-        extras["examples"] = [e.model_dump() for e in cfg.env.examples]
+    extras = _agent_extras(cfg)
     if cfg.env.reward_key is not None:  # the recipe's choice wins over task.toml's
         extras["reward_key"] = cfg.env.reward_key
     return [TaskRef(d.name, EnvId.TERMINAL.value, extras | {"task": str(d)}) for d in dirs]
@@ -90,10 +96,7 @@ def skyrl_dataset_tasks(cfg: RunConfig) -> list[TaskRef]:
     """Each row of the SkyRL dataset file `env.tasks` (thundersync.skyrl.dataset)."""
     from thundersync.skyrl.dataset import dataset_tasks
 
-    extras = _sandbox_extras(cfg) | {"max_turns": cfg.rollout.max_turns}
-    if cfg.env.examples:
-        extras["examples"] = [e.model_dump() for e in cfg.env.examples]
-    return dataset_tasks(str(cfg.env.tasks), extras, confined=cfg.env.dataset_confined)
+    return dataset_tasks(str(cfg.env.tasks), _agent_extras(cfg), confined=cfg.env.dataset_confined)
 
 
 CATALOGUE: dict[EnvName, Callable[[RunConfig], list[TaskRef]]] = {

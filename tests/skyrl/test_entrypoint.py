@@ -8,12 +8,14 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from skyrl.train.config import SkyRLTrainConfig
 
 from thundersync.config import ConfigError, load_run_config
 from thundersync.hf_models import build_tiny_model, load_tokenizer
+from thundersync.rundir import RunFiles, RunStatus
 from thundersync.sandbox.envs.fixtures import builtin_task_dir, terminal_tasks
 from thundersync.skyrl.dataset import DatasetError, dataset_tasks
 from thundersync.skyrl.switch import SkyRLConfigError
@@ -43,35 +45,39 @@ def _overrides(model: Path, data: Path, **extra: object) -> list[str]:
     return [f"{k}={v}" for k, v in base.items()]
 
 
-def test_skyrl_entry_point_with_the_switch_trains_on_shipped_terminal_tasks(
-    tmp_path: Path,
-) -> None:
-    model = build_tiny_model(tmp_path / "model", seed=0)
-    data = _dataset(tmp_path / "train.jsonl")  # 5 rows: 2 steps of 2 prompts
-    args = ["trainer.override_entrypoint=thundersync.skyrl.entrypoint", *_overrides(model, data)]
+def _switch(tmp_path: Path, model: Path, data: Path, **extra: object) -> tuple[Any, RunFiles]:
+    """SkyRL's entry point with the switch, in `tmp_path`: (its last JSON line, the run dir)."""
+    args = ["trainer.override_entrypoint=thundersync.skyrl.entrypoint"]
     out = subprocess.run(
-        [sys.executable, "-m", "thundersync.skyrl.entrypoint", *args],
+        [sys.executable, "-m", "thundersync.skyrl.entrypoint", *args]
+        + _overrides(model, data, **extra),
         cwd=tmp_path,
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    assert json.loads(out.stdout.strip().splitlines()[-1])["updates"] == 2
-    run = tmp_path / "runs" / "skyrl-switch"
-    cfg = json.loads((run / "config.json").read_text())
+    run_dir = tmp_path / "runs" / str(extra.get("trainer.run_name", "skyrl-switch"))
+    return json.loads(out.stdout.strip().splitlines()[-1]), RunFiles(run_dir)
+
+
+def test_skyrl_entry_point_with_the_switch_trains_on_shipped_terminal_tasks(
+    tmp_path: Path,
+) -> None:
+    model = build_tiny_model(tmp_path / "model", seed=0)
+    data = _dataset(tmp_path / "train.jsonl")  # 5 rows: 2 steps of 2 prompts
+    last, run = _switch(tmp_path, model, data)
+    assert last["updates"] == 2
+    cfg = json.loads(run.config.read_text())
     assert cfg["env"] == cfg["env"] | {"name": "skyrl-dataset", "tasks": str(data)}
     assert cfg["learner"]["estimator"] == "grpo_sample_std"  # SkyRL's grpo
     assert cfg["rollout"] | {"group_size": 2, "groups_per_update": 2} == cfg["rollout"]
-    updates = [
-        json.loads(line)
-        for line in (run / "metrics.jsonl").read_text().splitlines()
-        if json.loads(line).get("type") == "update"
-    ]
+    updates = [r for r in run.read_metrics() if r.get("type") == "update"]
     assert [u["update"] for u in updates] == [0, 1]
     assert all(u["sources"] == 4 and u["max_staleness"] == 0 for u in updates)
     assert all("score/reward" in u for u in updates)  # rewards from the tasks' verifiers
-    assert json.loads((run / "status.json").read_text())["status"] == "succeeded"
+    status = run.read_status()
+    assert status is not None and status[0] is RunStatus.SUCCEEDED
 
 
 def test_skyrl_distillation_recipe_through_the_switch_trains_with_its_ref_model_as_teacher(
@@ -79,7 +85,6 @@ def test_skyrl_distillation_recipe_through_the_switch_trains_with_its_ref_model_
 ) -> None:
     model = build_tiny_model(tmp_path / "model", seed=0)
     teacher = build_tiny_model(tmp_path / "teacher", seed=1, tokenizer=load_tokenizer(model))
-    data = _dataset(tmp_path / "train.jsonl")
     opd = {
         "trainer.algorithm.advantage_estimator": "thundersync_opd",
         "trainer.algorithm.policy_loss_type": "importance_sampling",
@@ -88,29 +93,10 @@ def test_skyrl_distillation_recipe_through_the_switch_trains_with_its_ref_model_
         "trainer.max_training_steps": 1,
         "trainer.run_name": "skyrl-opd",
     }
-    args = ["trainer.override_entrypoint=thundersync.skyrl.entrypoint"]
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "thundersync.skyrl.entrypoint",
-            *args,
-            *_overrides(model, data, **opd),
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    run = tmp_path / "runs" / "skyrl-opd"
-    cfg = json.loads((run / "config.json").read_text())
+    _, run = _switch(tmp_path, model, _dataset(tmp_path / "train.jsonl"), **opd)
+    cfg = json.loads(run.config.read_text())
     assert cfg["objective"] == "opd" and cfg["teacher"]["model"] == str(teacher)
-    (update,) = [
-        json.loads(line)
-        for line in (run / "metrics.jsonl").read_text().splitlines()
-        if json.loads(line).get("type") == "update"
-    ]
+    (update,) = [r for r in run.read_metrics() if r.get("type") == "update"]
     assert update["scored_tokens"] > 0 and update["kl_mean"] != 0.0  # the teacher scored turns
 
 
