@@ -8,6 +8,7 @@ import json
 import typer
 
 from thundersync.cli_groups import app
+from thundersync.config import Device, VLLMDtype
 
 vllm_app = typer.Typer(no_args_is_help=True, help="vLLM rollout servers that runs attach to.")
 app.add_typer(vllm_app, name="vllm")
@@ -25,23 +26,41 @@ def serve(
     host: str = typer.Option("127.0.0.1", help="bind address (shm weights need the same host)"),
     config: str = typer.Option(None, "--config", help="recipe whose rollout.vllm settings to use"),
     set_: list[str] = typer.Option([], "--set", help="key=value, e.g. rollout.vllm.kv_cache_gib=2"),
+    device: Device = typer.Option(
+        Device.AUTO, help="auto: cuda when the vLLM venv sees a GPU; picks the unset settings"
+    ),
+    max_model_len: int = typer.Option(
+        None, min=16, help="rollout.vllm.max_model_len: at least the runs' rollout.max_total_tokens"
+    ),
+    dtype: VLLMDtype = typer.Option(None, help="rollout.vllm.dtype (unset: bfloat16 on cuda)"),
+    tensor_parallel_size: int = typer.Option(None, min=1, help="rollout.vllm.tensor_parallel_size"),
+    enforce_eager: bool = typer.Option(
+        None, "--enforce-eager/--no-enforce-eager", help="rollout.vllm.enforce_eager"
+    ),
 ) -> None:
-    """Start REPLICAS vLLM servers as `tsrl train` would (worker extension, rollout.vllm settings),
-    print their URLs as one JSON line and keep them up until Ctrl-C."""
+    """Start REPLICAS vLLM servers as `tsrl train` would (worker extension, rollout.vllm settings
+    resolved for the device), print their URLs as one JSON line and keep them up until Ctrl-C.
+    The flags are shorthands for `--set rollout.vllm.X=...`."""
     import tempfile
     import time
     from concurrent.futures import ThreadPoolExecutor
     from dataclasses import replace
     from pathlib import Path
 
-    import torch
-
     from thundersync.config import ConfigError, load_run_config, parse_set_overrides
     from thundersync.driver.vllm_replicas import replica_server_config
-    from thundersync.rollout.vllm_server import VLLMServer, VLLMServerError
+    from thundersync.rollout.engine_settings import EngineSettingsError
+    from thundersync.rollout.vllm_server import VLLMServer, VLLMServerError, engine_on_gpu
 
+    flags = {
+        "max_model_len": max_model_len,
+        "dtype": dtype,
+        "tensor_parallel_size": tensor_parallel_size,
+        "enforce_eager": enforce_eager,
+    }
     try:
         overrides = {"rollout.engine": "vllm", **parse_set_overrides(set_)}
+        overrides |= {f"rollout.vllm.{k}": v for k, v in flags.items() if v is not None}
         cfg = load_run_config(config, overrides)
     except ConfigError as e:
         typer.echo(f"invalid config: {e}", err=True)
@@ -60,7 +79,12 @@ def serve(
         from thundersync.smollm2 import smollm2_dir
 
         model = str(smollm2_dir())
-    sc = replica_server_config(cfg, model, on_gpu=torch.cuda.is_available())
+    on_gpu = engine_on_gpu() if device is Device.AUTO else device is Device.CUDA
+    try:
+        sc = replica_server_config(cfg, model, on_gpu=on_gpu)
+    except EngineSettingsError as e:
+        typer.echo(f"invalid config: {e}", err=True)
+        raise typer.Exit(2) from None
     servers = []
     for i in range(replicas):
         c = replace(sc, host=host, port=port + i if port else None)

@@ -18,7 +18,14 @@ import torch
 from thundersync.rollout.checkpoint import load_state_dict
 from thundersync.rollout.gate import VersionGate
 from thundersync.rollout.types import Generation, LoadAck, SamplingParams
-from thundersync.rollout.weight_wire import ShmWeights, is_shm_uri, iter_shm
+from thundersync.rollout.weight_wire import (
+    ShmWeights,
+    WeightWireError,
+    is_shm_uri,
+    iter_delta,
+    iter_shm,
+    read_index,
+)
 
 
 def sample_token(
@@ -102,6 +109,23 @@ class HFEngine:
         self, version: int, source: str | Path | Mapping[str, torch.Tensor]
     ) -> LoadAck:
         t0 = time.monotonic()
+        if is_shm_uri(source):
+            seg = ShmWeights.parse(str(source))
+            index = read_index(seg)
+            if index.get("kind") == "delta":
+                if index["version"] != version:
+                    raise WeightWireError(
+                        f"{seg.path} holds version {index['version']}, not {version}"
+                    )
+                if self.version == index["base"]:
+                    return self._apply_delta(version, seg, index, t0)
+                if not index.get("full"):
+                    raise WeightWireError(
+                        f"the delta of v{version} applies to v{index['base']}, this engine holds "
+                        f"v{self.version} and no full version was published: publish it in full "
+                        "(publish.delta: off)"
+                    )
+                source = str(index["full"])  # not at the base: the full version
         if is_shm_uri(source):  # views of the shared segment; load_state_dict copies them
             state: Mapping[str, torch.Tensor] = dict(
                 iter_shm(ShmWeights.parse(str(source)), version)
@@ -118,6 +142,28 @@ class HFEngine:
                     f"{unexpected[:5]} (publish the full state dict of the same architecture)"
                 )
         return LoadAck(version, "in_place", time.monotonic() - t0)
+
+    def _apply_delta(
+        self, version: int, seg: ShmWeights, index: dict[str, Any], t0: float
+    ) -> LoadAck:
+        """Scatter the changed elements into the parameters (bitwise: values in their own
+        dtype, cast only if the engine runs another dtype, exactly as a full load casts).
+        Checked before anything is written: every name and shape fits the model."""
+        sd = self.model.state_dict()
+        for e in index["tensors"]:
+            t = sd.get(e["name"])
+            if t is None or list(t.shape) != e["shape"]:
+                raise ValueError(
+                    f"delta tensor {e['name']!r} {e['shape']} does not fit the model "
+                    "(publish the full state dict of the same architecture)"
+                )
+        changed = 0
+        with self._gate.loading(version), torch.no_grad():
+            for name, idx, vals in iter_delta(seg, index):
+                flat = sd[name].view(-1)
+                flat[idx.to(flat.device)] = vals.to(device=flat.device, dtype=flat.dtype)
+                changed += idx.numel()
+        return LoadAck(version, "delta", time.monotonic() - t0, {"changed": str(changed)})
 
     def close(self) -> None:
         pass

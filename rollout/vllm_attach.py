@@ -112,9 +112,10 @@ class AttachedVLLMServer:
         have = self.config.max_model_len
         if have is not None and int(have) < need_len:
             raise VLLMServerError(
-                f"{where} has max_model_len {have}, the run needs {need_len} "
-                "(rollout.max_total_tokens, capped by rollout.vllm.max_model_len): restart it "
-                f"with a longer context or lower rollout.max_total_tokens"
+                f"{where} has max_model_len {have}, smaller than the run's "
+                f"rollout.max_total_tokens={need_len} (a trajectory's token budget): restart it "
+                f"with a context of {need_len} or more (`tsrl vllm serve --max-model-len "
+                f"{need_len}`) or lower rollout.max_total_tokens to {have}"
             )
         if self.workers != tp:
             raise VLLMServerError(

@@ -169,6 +169,12 @@ class VLLMEngine:
         if all("mapped" in r for r in results):  # a CPU replica serving from the segment
             extra["mapped"] = str(sum(int(r["mapped"]) for r in results))
             extra["copied"] = str(sum(int(r["copied"]) for r in results))
+        if all(r.get("delta") for r in results):  # the changed elements, scattered in place
+            how = "delta"
+            extra["changed"] = str(sum(int(r["changed"]) for r in results))
+        refused = [str(r["delta_refused"]) for r in results if r.get("delta_refused")]
+        if refused:  # not at the delta's base: the full version named by it
+            extra["delta_refused"] = refused[0]
         return LoadAck(version, how, time.monotonic() - t0, extra)
 
     def param_info(self) -> list[list[Any]]:

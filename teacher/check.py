@@ -83,7 +83,10 @@ def run_check(
         from thundersync.rollout.vllm_server import VLLMServer, VLLMServerConfig
         from thundersync.teacher.scorer import VLLMScorer
 
-        server = VLLMServer(VLLMServerConfig(model=str(model_dir)), log_dir=work / "vllm")
+        # fp32 on any device: the check compares with an fp32 HF forward to 5e-3 (bf16, the GPU
+        # default, is off by more than that)
+        sc = VLLMServerConfig(model=str(model_dir), dtype="float32")
+        server = VLLMServer(sc, log_dir=work / "vllm")
         server.start()
         engine = VLLMEngine(server)
         scorer = VLLMScorer(server.url)

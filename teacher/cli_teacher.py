@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import typer
 
 from thundersync.cli_groups import app
+from thundersync.config import Device, VLLMDtype
 
 teacher_app = typer.Typer(
     no_args_is_help=True, help="Teacher scoring server (vLLM prompt_logprobs)."
@@ -20,29 +22,60 @@ def serve(
         ..., "--model", help="HF model directory (untied embeddings for reloads)"
     ),
     port: int = typer.Option(0, help="0 picks a free loopback port"),
-    dtype: str = typer.Option("float32"),
-    kv_cache_gib: int = typer.Option(1, help="VLLM_CPU_KVCACHE_SPACE"),
     host: str = typer.Option("127.0.0.1", help="bind address (0.0.0.0 to serve other hosts)"),
-    gpu_memory_utilization: float = typer.Option(
-        None, help="vLLM --gpu-memory-utilization (GPU builds; lets two engines share a GPU)"
+    device: Device = typer.Option(
+        Device.AUTO, help="auto: cuda when the vLLM venv sees a GPU; picks the defaults below"
     ),
+    dtype: VLLMDtype = typer.Option(None, help="unset: bfloat16 on cuda, float32 on cpu"),
+    max_model_len: int = typer.Option(
+        None,
+        min=16,
+        help="context (tokens) to serve, at least the runs' rollout.max_total_tokens; "
+        "unset: the model's own",
+    ),
+    tensor_parallel_size: int = typer.Option(1, min=1, help="GPUs of this server"),
+    enforce_eager: bool = typer.Option(
+        None, "--enforce-eager/--no-enforce-eager", help="unset: eager on cpu only (CUDA graphs)"
+    ),
+    enable_prefix_caching: bool = typer.Option(
+        True, "--enable-prefix-caching/--no-enable-prefix-caching"
+    ),
+    enable_chunked_prefill: bool = typer.Option(
+        True, "--enable-chunked-prefill/--no-enable-chunked-prefill"
+    ),
+    gpu_memory_utilization: float = typer.Option(
+        0.85, min=0.01, max=1.0, help="cuda only (lets two engines share a GPU)"
+    ),
+    kv_cache_gib: int = typer.Option(1, min=1, help="cpu only: VLLM_CPU_KVCACHE_SPACE"),
 ) -> None:
-    """Start a vLLM OpenAI-compatible server on MODEL and keep it up until Ctrl-C."""
+    """Start a vLLM OpenAI-compatible server on MODEL and keep it up until Ctrl-C. The settings
+    a run would give its teacher (`teacher.vllm`), resolved for the device."""
     import time
 
-    from thundersync.rollout.vllm_server import VLLMServer, VLLMServerConfig, VLLMServerError
+    from thundersync.config import TeacherVLLMSettings
+    from thundersync.rollout.engine_settings import engine_server_config
+    from thundersync.rollout.vllm_server import VLLMServer, VLLMServerError, engine_on_gpu
 
-    extra = []
-    if gpu_memory_utilization is not None:
-        extra = ["--gpu-memory-utilization", str(gpu_memory_utilization)]
-    cfg = VLLMServerConfig(
-        model=model,
-        port=port or None,
+    settings = TeacherVLLMSettings(
         dtype=dtype,
+        max_model_len=max_model_len,
+        enforce_eager=enforce_eager,
+        enable_prefix_caching=enable_prefix_caching,
+        enable_chunked_prefill=enable_chunked_prefill,
+        gpu_memory_utilization=gpu_memory_utilization,
         kv_cache_gib=kv_cache_gib,
-        host=host,
-        extra_args=extra,
     )
+    on_gpu = engine_on_gpu() if device is Device.AUTO else device is Device.CUDA
+    sc = engine_server_config(
+        settings,
+        model,
+        on_gpu=on_gpu,
+        context=None,
+        tensor_parallel_size=tensor_parallel_size,
+        model_dtype="float32",
+        field="teacher.vllm",
+    )
+    cfg = replace(sc, port=port or None, host=host)
     server = VLLMServer(cfg)
     try:
         server.start()

@@ -28,6 +28,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 SERIAL_GROUPS = {
     "engines": (
         "tests/driver/test_vllm_train.py",
+        "tests/rollout/test_weight_delta.py",
         "tests/cluster/test_ray_placement.py",
         "tests/cluster/test_ray_gpu_plan.py",
         "tests/driver/test_teacher_fault.py",

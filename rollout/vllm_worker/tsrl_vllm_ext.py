@@ -21,6 +21,16 @@ version; the publisher rewrites a slot only after every replica acked a later ve
 mapped slot is never written while it is served. A mapped replica holds its weights once (its
 own copies are freed); before any other load the mapped parameters are copied back into storage
 of their own, since that load writes into them.
+
+A delta segment (`"kind": "delta"`: per tensor int32 flat indices of the changed elements and
+their values, against version `base`) is applied in place when this worker holds `base` (it
+remembers the version of its last load) and its parameters are the weights the kernels read
+(CUDA, or CPU with `map`; oneDNN-packed CPU weights are a copy, so those take the full version).
+A checkpoint tensor lands in its served parameter at the element offset of its part: a fused
+qkv_proj / gate_up_proj stacks its parts' rows in `packed_modules_mapping` order (tensor parallel
+1: the parameter holds every part whole), a padded vocabulary keeps the checkpoint's rows first.
+This mapping is why no CPU copy of the HF-named tensors is kept. A parameter served from a
+segment is first copied into storage of the replica's own (once: later deltas write in place).
 """
 
 from __future__ import annotations
@@ -64,17 +74,34 @@ class TsrlWeightExtension:
     model_runner: Any
     _tsrl_mapped: frozenset[str] = frozenset()  # parameters that view the segment now
     _tsrl_map: mmap.mmap | None = None
+    _tsrl_version: int | None = None  # the version of the last complete load (None: unknown)
 
     def tsrl_load_shm(self, uri: str, version: int | None = None) -> dict[str, Any]:
         _freeze_heap()
-        return self._tsrl_load_shm(uri, version)
+        self._tsrl_version, v = None, self._tsrl_version  # unknown until this load completes
+        out = self._tsrl_load_shm(uri, version, v)
+        self._tsrl_version = int(out["version"])
+        return out
 
-    def _tsrl_load_shm(self, uri: str, version: int | None = None) -> dict[str, Any]:
+    def _tsrl_load_shm(
+        self, uri: str, version: int | None = None, held: int | None = None
+    ) -> dict[str, Any]:
         path = uri.removeprefix("shm://")
         with open(path + ".json") as f:
             index = json.load(f)
         if version is not None and index["version"] != int(version):
             raise ValueError(f"{path} holds version {index['version']}, not {version}")
+        if index.get("kind") == "delta":
+            why = self._tsrl_delta_refusal(index, held)
+            if why is None:
+                try:
+                    return self._tsrl_apply_delta(path, index)
+                except ValueError as e:  # raised before anything was written
+                    why = str(e)
+            if not index.get("full"):
+                raise ValueError(f"cannot apply the delta of v{index['version']}: {why}")
+            out = self._tsrl_load_shm(index["full"], index["version"])
+            return {**out, "delta_refused": why}
         if MAP_WEIGHTS and not torch.cuda.is_available():
             return self._tsrl_map_segment(path, index)
         self._tsrl_unmap()
@@ -94,6 +121,52 @@ class TsrlWeightExtension:
         if torch.cuda.is_available():
             torch.cuda.synchronize()  # the ack must mean the weights are in place
         return {"version": index["version"], "tensors": count, "bytes": index["bytes"]}
+
+    def _tsrl_delta_refusal(self, index: dict[str, Any], held: int | None) -> str | None:
+        """Why this worker cannot take the delta (None: it can)."""
+        if held != index["base"]:
+            return f"it applies to v{index['base']}, this worker holds {held}"
+        if not (MAP_WEIGHTS or torch.cuda.is_available()):
+            return "CPU weights are oneDNN-packed copies (cpu_weights: packed): use map"
+        return None
+
+    def _tsrl_apply_delta(self, path: str, index: dict[str, Any]) -> dict[str, Any]:
+        """Scatter each changed element into its served parameter (all targets are resolved
+        before anything is written: a delta that does not fit leaves the weights untouched)."""
+        model = self.model_runner.model
+        params = dict(model.named_parameters())
+        fused: dict[str, list[str]] = getattr(model, "packed_modules_mapping", {}) or {}
+        where = _delta_targets(params, index["tensors"], fused)
+        self._tsrl_unmap()  # served from a segment: own storage first (read-only mapping)
+        changed = 0
+        with open(path, "rb") as raw:
+            mm = mmap.mmap(raw.fileno(), 0, access=mmap.ACCESS_READ)
+        try:
+            for e in index["tensors"]:
+                n = int(e["count"])
+                if not n or e["name"] not in where:
+                    continue
+                pname, offset = where[e["name"]]
+                flat = params[pname].data.view(-1)
+                idx = torch.frombuffer(mm, dtype=torch.int32, count=n, offset=e["index_offset"])
+                vals = torch.frombuffer(
+                    mm, dtype=_DTYPES[e["dtype"]], count=n, offset=e["value_offset"]
+                )
+                pos = idx.to(device=flat.device, dtype=torch.int64) + offset
+                flat[pos] = vals.to(device=flat.device, dtype=flat.dtype)
+                changed += n
+                del idx, vals  # no view of the mapping may outlive it
+        finally:
+            mm.close()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        return {
+            "version": index["version"],
+            "tensors": len(index["tensors"]),
+            "bytes": index["bytes"],
+            "delta": 1,
+            "changed": changed,
+        }
 
     def _tsrl_map_segment(self, path: str, index: dict[str, Any]) -> dict[str, Any]:
         model = self.model_runner.model
@@ -143,6 +216,7 @@ class TsrlWeightExtension:
         """vLLM's in-place reload from a checkpoint directory (the disk transport)."""
         _freeze_heap()
         self._tsrl_unmap()
+        self._tsrl_version = None  # a directory names no version: the next delta is refused
         self.model_runner.reload_weights(weights_path=weights_path, is_checkpoint_format=True)
         return {"path": weights_path}
 
@@ -152,6 +226,15 @@ class TsrlWeightExtension:
             [n, list(p.shape), str(p.dtype), p.is_contiguous(), n in self._tsrl_mapped]
             for n, p in self.model_runner.model.named_parameters()
         ]
+
+    def tsrl_save_params(self, path: str) -> int:
+        """Every served parameter as this worker holds it, saved to `path` (tests: bitwise
+        comparisons with the learner's weights)."""
+        params = {
+            n: p.detach().cpu().clone() for n, p in self.model_runner.model.named_parameters()
+        }
+        torch.save(params, path)
+        return len(params)
 
     def tsrl_load_broadcast(self, uri: str, version: int, rank_offset: int) -> dict[str, Any]:
         """Join version `version`'s group as rank `rank_offset` + this worker's tensor-parallel
@@ -164,6 +247,7 @@ class TsrlWeightExtension:
 
         _freeze_heap()
         self._tsrl_unmap()
+        self._tsrl_version = None
         u = urlparse(uri)
         world = int(parse_qs(u.query)["world"][0])
         timeout = timedelta(seconds=300)
@@ -197,6 +281,7 @@ class TsrlWeightExtension:
         self.model_runner.reload_weights(weights_iterator=tensors(), is_checkpoint_format=True)
         if torch.cuda.is_available():
             torch.cuda.synchronize()
+        self._tsrl_version = int(index["version"])
         return {"version": index["version"], "tensors": count, "bytes": sum(index["buckets"])}
 
 
@@ -248,3 +333,45 @@ def _contiguous_run(
     if list(p.shape) != shape and not (len(es) == 1 and list(p.shape) == es[0]["shape"]):
         return None
     return es
+
+
+def _delta_targets(
+    params: dict[str, torch.Tensor], entries: list[dict[str, Any]], fused: dict[str, list[str]]
+) -> dict[str, tuple[str, int]]:
+    """checkpoint name -> (served parameter, element offset of its part in it), for every
+    tensor of the delta; raises naming the first one that has no such place (a sharded or
+    re-laid-out parameter: publish that model in full)."""
+    shapes = {e["name"]: e["shape"] for e in entries}
+    where: dict[str, tuple[str, int]] = {}
+    for pname, p in params.items():
+        parts = _sources(pname, fused)
+        if any(s not in shapes for s in parts):
+            continue
+        numels = [_numel(shapes[s]) for s in parts]
+        trailing = {tuple(shapes[s][1:]) for s in parts}
+        whole = sum(numels) == p.numel()
+        padded = len(parts) == 1 and p.dim() >= 1 and shapes[parts[0]][1:] == list(p.shape[1:])
+        rows_fit = trailing == {tuple(p.shape[1:])}
+        if not p.is_contiguous() or not rows_fit or not (whole or padded):
+            continue  # no plain place in this parameter: resolved below as missing
+        if padded and not whole and p.shape[0] < shapes[parts[0]][0]:
+            continue
+        offset = 0
+        for s, n in zip(parts, numels, strict=True):
+            where[s] = (pname, offset)
+            offset += n
+    tied = {"lm_head.weight"} if "lm_head.weight" not in params else set()
+    missing = [e["name"] for e in entries if e["name"] not in where and e["name"] not in tied]
+    if missing:
+        raise ValueError(
+            f"delta tensor {missing[0]!r} has no plain place in a served parameter (sharded or "
+            "re-laid-out): publish this model in full (publish.delta: off)"
+        )
+    return where
+
+
+def _numel(shape: list[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n

@@ -298,3 +298,84 @@ def test_grpo_run_trains_on_cpu_with_learner_ranks_on_fake_gpus(
     gpus = {(w["node_id"], w["gpu_ids"][0]) for w in [*learners, engine]}
     assert len(gpus) == 3
     assert active_placement() is None  # given back at the run's end
+
+
+def test_learner_and_rollout_on_two_nodes_publish_by_disk_with_replay_gap_zero(
+    cluster: Any, tmp_path: Path
+) -> None:
+    """STRICT_SPREAD puts the learner rank and the rollout replica on different nodes: the
+    transport follows the placement (no shared memory across nodes: an HF engine reads the
+    disk checkpoint on the shared run dir), every actor carries the NCCL env, the ranks
+    rendezvous at rank 0's node, and the run replays to the same weights as sync training."""
+    import ray
+
+    from thundersync.driver.replay_gap import replay_gap
+    from thundersync.driver.run import RunDriver
+
+    cfg = load_run_config(
+        "grpo-toy",
+        {
+            "updates": 2,
+            "rollout.groups_per_update": 2,
+            "rollout.group_size": 2,
+            "record_batches": True,
+            "placement.learner_gpus": 1,
+            "placement.rollout_gpus": 1,
+            "placement.strategy": "STRICT_SPREAD",
+            "placement.actor_env": {"NCCL_SOCKET_IFNAME": "lo"},
+        },
+    )
+    driver = RunDriver(cfg, tmp_path, bus_kind="redis", ray_address=cluster.address)
+    assert driver.run() == 0
+    slots = json.loads((tmp_path / "placement.json").read_text())["ray"]["slots"]
+    nodes = {s["role"]: s["node_id"] for s in slots}
+    assert nodes["learner"] != nodes["rollout"]
+    assert json.loads((tmp_path / "config.json").read_text())["publish"]["transport"] == "disk"
+    assert "publish: disk (rollout replicas on other nodes" in (tmp_path / "log.txt").read_text()
+    (learner,) = ray.get([h.where_ref for h in driver.learners.procs])
+    assert driver.parts is not None
+    engine = ray.get(driver.parts.engine.where_ref)
+    assert (learner["node_id"], engine["node_id"]) == (nodes["learner"], nodes["rollout"])
+    for w in (learner, engine):
+        assert w["nccl_env"]["NCCL_SOCKET_IFNAME"] == "lo"
+        assert w["nccl_env"]["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
+    assert replay_gap(tmp_path, driver.cfg, tmp_path / "model") == [0.0, 0.0]
+
+
+def test_shared_memory_across_nodes_is_refused_before_any_actor(cluster: Any) -> None:
+    from thundersync.cluster.ray_learners import prepare_ray_run
+    from thundersync.cluster.ray_pg import active_placement, release
+
+    cfg = load_run_config(
+        "grpo-toy",
+        {
+            "publish.transport": "shm",
+            "placement.learner_gpus": 1,
+            "placement.rollout_gpus": 1,
+            "placement.strategy": "STRICT_SPREAD",
+        },
+    )
+    try:
+        with pytest.raises(PlacementError, match=r"publish.transport=shm .* other nodes"):
+            prepare_ray_run(cfg, cluster.address)
+    finally:
+        release()
+    assert active_placement() is None
+
+
+def test_a_rank_error_reaches_the_driver_over_ray(cluster: Any, tmp_path: Path) -> None:
+    """The rank's exception comes back through Ray: the driver reads no file of the rank's
+    node (here its run dir cannot even be created)."""
+    from thundersync.bus.factory import BusKind, BusRef
+    from thundersync.cluster.placement import LearnerGroup, RunFailed
+    from thundersync.cluster.ray_learners import RayLearnerHandle
+    from thundersync.rundir import RunFiles
+    from thundersync.worker.learner_proc import LearnerSpec
+
+    cfg = load_run_config("grpo-toy")
+    spec = LearnerSpec(cfg.model_dump_json(), "/nonexistent-model", "/proc/tsrl-nowhere", "r")
+    handle = RayLearnerHandle(spec, BusRef(BusKind.REDIS, "tsrl-test-rank-error"), "unused")
+    group = LearnerGroup([handle], RunFiles(tmp_path))
+    handle.join(120)
+    with pytest.raises(RunFailed, match=r"(?s)rank 0: .*tsrl-nowhere"):
+        group.check_alive("start-up")

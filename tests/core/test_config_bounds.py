@@ -29,7 +29,12 @@ def _fields(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, typ
 
 
 # optional numbers (None: derived) are walked too, with a normal value in place of None
-_NORMAL = {"mfu_peak_flops": 1e11, "model.tiny_hidden": 128, "rollout.vllm.max_model_len": 2048}
+_NORMAL = {
+    "mfu_peak_flops": 1e11,
+    "model.tiny_hidden": 128,
+    "rollout.vllm.max_model_len": 2048,
+    "teacher.vllm.max_model_len": 2048,
+}
 FLOATS = [
     (k, d if d is not None else _NORMAL.get(k, 1.0))
     for k, a, d in _fields(RunConfig)

@@ -21,7 +21,10 @@ def test_vllm_cuda_generates_scores_and_loads_weights_from_shared_memory(tmp_pat
     from thundersync.teacher.scorer import ScoreRequest, VLLMScorer
 
     mdir = build_tiny_model(tmp_path / "m", seed=0, hidden=128)
-    cfg = VLLMServerConfig(model=str(mdir), enforce_eager=False, gpu_memory_utilization=0.3)
+    # fp32: the scores are compared with an fp32 HF forward (bf16 is only the GPU default)
+    cfg = VLLMServerConfig(
+        model=str(mdir), dtype="float32", enforce_eager=False, gpu_memory_utilization=0.3
+    )
     server = VLLMServer(cfg, log_dir=tmp_path / "log")
     try:
         server.start()

@@ -20,3 +20,39 @@ def test_a_relative_model_dir_is_made_absolute_and_a_name_is_left_alone(
     assert cmd[cmd.index("--model") + 1] == str(tmp_path / "runs" / "r" / "model")
     cmd = VLLMServer(VLLMServerConfig(model="org/name"), log_dir=tmp_path / "log").command()
     assert cmd[cmd.index("--model") + 1] == "org/name"  # not a local dir: as given
+
+
+def _flag(cmd: list[str], flag: str) -> str:
+    assert flag in cmd, f"{flag} missing from {cmd}"
+    return cmd[cmd.index(flag) + 1]
+
+
+def test_a_recipe_asking_for_a_131k_context_starts_vllm_with_that_max_model_len(
+    tmp_path: Path,
+) -> None:
+    """Issue 34's acceptance: the recipe's context reaches `--max-model-len`, on either device."""
+    from thundersync.config import load_run_config
+    from thundersync.driver.vllm_replicas import replica_server_config
+
+    recipe = tmp_path / "long.yaml"
+    recipe.write_text("rollout:\n  engine: vllm\n  max_total_tokens: 131072\n")
+    cfg = load_run_config(str(recipe))
+    for on_gpu in (True, False):
+        sc = replica_server_config(cfg, tmp_path / "model", on_gpu=on_gpu)
+        cmd = VLLMServer(sc, log_dir=tmp_path / "log").command()
+        assert _flag(cmd, "--max-model-len") == "131072"
+
+
+@pytest.mark.parametrize("on_gpu", [True, False])
+def test_a_bare_config_takes_its_devices_defaults_not_the_cpu_tests(
+    tmp_path: Path, on_gpu: bool
+) -> None:
+    """Callers without a recipe (teacher check, evaluation) no longer get fp32 eager on a GPU."""
+    cfg = VLLMServerConfig(model="org/name", on_gpu=on_gpu, gpu_memory_utilization=0.5)
+    server = VLLMServer(cfg, log_dir=tmp_path / "log")
+    cmd = server.command()
+    assert _flag(cmd, "--dtype") == ("bfloat16" if on_gpu else "float32")
+    assert ("--enforce-eager" in cmd) is (not on_gpu)
+    assert "--max-model-len" not in cmd  # the model's own context, not a 2048 cap
+    assert ("--gpu-memory-utilization" in cmd) is on_gpu  # a CUDA-only setting
+    assert (server.env().get("TSRL_VLLM_READER_SPIN_S") == "0.0") is (not on_gpu)

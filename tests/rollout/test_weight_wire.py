@@ -121,7 +121,10 @@ def test_a_replica_that_fails_to_load_fails_the_whole_load(
 def test_policy_writer_keeps_the_last_versions_and_disk_only_when_asked(
     tiny_model_dir: Path, tmp_path: Path
 ) -> None:
-    cfg = load_run_config("grpo-toy", {"updates": 5, "checkpoint_every": 2, "publish.keep_last": 2})
+    cfg = load_run_config(
+        "grpo-toy",  # full versions only: the slots' cycle (deltas: tests/rollout/test_weight_delta.py)
+        {"updates": 5, "checkpoint_every": 2, "publish.keep_last": 2, "publish.delta": "off"},
+    )
     files = RunFiles(tmp_path)
     writer = PolicyWriter(cfg, files, str(tiny_model_dir), f"test-{tmp_path.name}")
     sd = load_model(tiny_model_dir).state_dict()

@@ -1,8 +1,9 @@
 """Where the learner ranks run (local processes or Ray actors), and whether they are alive.
 
-Embedded: each rank is a spawned process; with one rank it is pinned to its own core and the
-rollout side (this process: agent loop, engine, sandboxes' clients) to another, so that backward
-passes overlap with generation instead of sharing a core. With `--ray ADDRESS` each rank is a Ray
+Embedded: each rank is a spawned process; with one CPU rank it is pinned to its own core and the
+rollout side (this process: agent loop, engine, sandboxes' clients) to the others, so that
+backward passes overlap with generation instead of sharing a core. On GPUs each rank gets its
+`CUDA_VISIBLE_DEVICES` from the local plan (cluster/local_plan.py). With `--ray ADDRESS` each rank is a Ray
 actor reached over the broker. Either way the ranks are supervised as one: if any dies, the run
 fails with the rank's error and the way to resume.
 """
@@ -13,12 +14,15 @@ import multiprocessing as mp
 import os
 import signal
 import time
-from dataclasses import replace
-from typing import TYPE_CHECKING, Protocol
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Protocol
 
 from thundersync.bus.events import LearnerReady
 from thundersync.bus.factory import BusRef
 from thundersync.bus.protocol import Bus, Subscription
+from thundersync.cluster.local_plan import ENV, LocalPlan, node_gpu_ids, plan_local
+from thundersync.cluster.ray_plan import PlacementRole
+from thundersync.config import Device, RunConfig
 from thundersync.rollout.vllm_server import free_port
 from thundersync.rundir import RunFiles
 from thundersync.worker.learner_proc import LearnerSpec, learner_main
@@ -31,10 +35,53 @@ class RunFailed(RuntimeError):
     pass
 
 
-def core_split() -> tuple[int | None, int | None]:
-    """(the rollout side's core, the learner's core), or (None, None) on fewer than two cores."""
+def core_split(learner_on_cpu: bool) -> tuple[set[int] | None, int | None]:
+    """(the rollout side's cores, the learner's core): a CPU learner gets the last core to
+    itself and the driver every other one, so that what the driver starts (vLLM servers,
+    sandboxes) inherits all but the learner's core, never a single core. A GPU learner pins
+    nothing (its host work wants threads, issue 33); nor do fewer than two cores."""
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    return (cpus[0], cpus[-1]) if len(cpus) >= 2 else (None, None)
+    if not learner_on_cpu or len(cpus) < 2:
+        return None, None
+    return set(cpus[:-1]), cpus[-1]
+
+
+@dataclass(frozen=True)
+class NodePlacement:
+    """Where this node's processes run: GPUs per role (None on Ray: its plan places them) and
+    the driver's / the learner's cores."""
+
+    gpus: LocalPlan | None
+    driver_cpus: set[int] | None
+    learner_cpu: int | None
+
+    def describe(self) -> list[str]:
+        lines = ["placement: no core pinning"]
+        if self.driver_cpus:
+            driver = sorted(self.driver_cpus)
+            lines = [f"placement: driver on cpus {driver}, learner on cpu {self.learner_cpu}"]
+        return [*lines, *([self.gpus.describe()] if self.gpus else [])]
+
+    def to_json(self) -> dict[str, Any]:
+        cpus = sorted(self.driver_cpus) if self.driver_cpus else None
+        return {
+            "cpus": {"driver": cpus, "learner": self.learner_cpu},
+            "gpus": self.gpus.to_json() if self.gpus else None,
+        }
+
+
+def place_on_node(cfg: RunConfig, *, on_ray: bool) -> NodePlacement:
+    """The local plan of a run without Ray (`PlacementError` before anything starts when the
+    node lacks the GPUs); on Ray only the driver's cores are left alone."""
+    import torch
+
+    if on_ray:
+        return NodePlacement(None, None, None)
+    plan = plan_local(cfg, node_gpu_ids(os.environ, torch.cuda.device_count()))
+    device = Device(cfg.learner.device)
+    gpu = device is Device.CUDA or (device is Device.AUTO and torch.cuda.is_available())
+    driver_cpus, learner_cpu = core_split(learner_on_cpu=not gpu)
+    return NodePlacement(plan, driver_cpus, learner_cpu)
 
 
 class RankProcess(Protocol):
@@ -52,6 +99,11 @@ class RankProcess(Protocol):
     def terminate(self) -> None: ...
 
 
+def _error(proc: RankProcess) -> str | None:
+    """A Ray rank's exception (it reaches the driver over Ray); a local one writes a file."""
+    return getattr(proc, "error", None)
+
+
 class LearnerGroup:
     """All learner ranks, supervised as one: the run fails if any rank dies."""
 
@@ -64,10 +116,19 @@ class LearnerGroup:
 
     @classmethod
     def start(
-        cls, spec: LearnerSpec, bus: Bus | BusRef, *, world: int, ray_address: str | None
+        cls,
+        spec: LearnerSpec,
+        bus: Bus | BusRef,
+        *,
+        world: int,
+        ray_address: str | None,
+        gpus: LocalPlan | None = None,
     ) -> LearnerGroup:
         port = free_port() if world > 1 else 0
         specs = [replace(spec, rank=r, world=world, port=port) for r in range(world)]
+        if gpus is not None and ray_address is None:  # each local rank sees only its GPU
+            env = [gpus.env(PlacementRole.LEARNER, r).get(ENV) for r in range(world)]
+            specs = [replace(sp, cuda_devices=e) for sp, e in zip(specs, env, strict=True)]
         if world > 1 or ray_address is not None:  # ranks share the learner core(s)
             specs = [replace(sp, cpu=None) for sp in specs]
         procs: list[RankProcess]
@@ -97,7 +158,12 @@ class LearnerGroup:
     def check_alive(self, when: str) -> None:
         if self.is_alive():
             return
-        detail = self.files.learner_error_detail(len(self.procs)) or f"exit code {self.exitcode}"
+        over_ray = [f"rank {i}: {e}" for i, p in enumerate(self.procs) if (e := _error(p))]
+        detail = (
+            "; ".join(over_ray)
+            or self.files.learner_error_detail(len(self.procs))
+            or f"exit code {self.exitcode}"
+        )
         raise RunFailed(
             f"learner process died during {when}: {detail}; "
             "resume with `tsrl train ... --resume` (needs checkpoint_every > 0)"

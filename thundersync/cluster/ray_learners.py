@@ -18,16 +18,19 @@ from typing import Any
 from thundersync.bus.factory import BusRef
 from thundersync.cluster.ray_pg import (
     RayPlacement,
+    active_placement,
     actor_options,
     actor_where,
     free_port_on,
     place,
     release,
+    shares_learner_host,
 )
-from thundersync.cluster.ray_plan import PlacementError, PlacementRole
+from thundersync.cluster.ray_plan import PlacementError, PlacementRole, publish_transport
 from thundersync.config import RunConfig
 from thundersync.worker.learner_proc import LearnerSpec, learner_main
 
+LEARNER_CPUS = 1.0
 RENDEZVOUS_S = 300.0  # rank 0's actor start (imports torch) before it can name its port
 
 
@@ -54,10 +57,32 @@ class _LearnerActor:
         return host, free_port_on(host)
 
     def run(self, spec: LearnerSpec, bus: BusRef, master_addr: str | None = None) -> int:
-        if master_addr is not None:  # learner.parallel.init_process_group keeps a set MASTER_ADDR
-            os.environ["MASTER_ADDR"] = master_addr
+        import ray
+
+        # the ranks' process group and the weight broadcast rendezvous at rank 0's node, never
+        # at 127.0.0.1 (replicas on other nodes join the broadcast there)
+        os.environ["MASTER_ADDR"] = master_addr or ray.util.get_node_ip_address()
         learner_main(spec, bus)
         return 0
+
+
+def prepare_ray_run(cfg: RunConfig, address: str) -> tuple[RunConfig, str]:
+    """Reserve the run's placement before anything starts and fix the publish transport from
+    it (cluster/ray_plan.py `publish_transport`); returns the config to run and a log line."""
+    from thundersync.config import revalidate
+
+    init_ray(address)
+    placement = place(cfg, learner_cpus=LEARNER_CPUS)
+    same = shares_learner_host(placement)
+    transport = publish_transport(cfg, same_host=same)
+    out = cfg.model_copy(deep=True)
+    out.publish.transport = transport
+    where = "on learner rank 0's node" if same else "on other nodes than learner rank 0"
+    return revalidate(out), f"publish: {transport.value} (rollout replicas {where})"
+
+
+def _last_lines(text: str, n: int = 12) -> str:
+    return "\n".join(text.strip().splitlines()[-n:])
 
 
 def learner_actor_class(cpus: float = 1.0) -> Any:
@@ -88,6 +113,7 @@ class RayLearnerHandle:
         self.where_ref: Any = self.actor.where.remote()  # kept: readable after the actor ends
         self.ref: Any = self.actor.run.remote(spec, bus, master_addr)
         self.exitcode: int | None = None
+        self.error: str | None = None  # the rank's exception, as Ray reports it
 
     def start(self) -> None:
         """The actor starts on creation (kept for the Process-like interface)."""
@@ -97,8 +123,9 @@ class RayLearnerHandle:
         if done and self.exitcode is None:
             try:
                 self.exitcode = int(self._ray.get(self.ref))
-            except Exception:
+            except Exception as e:  # over Ray: the run dir may be on another node's disk
                 self.exitcode = 1
+                self.error = _last_lines(str(e))
         return not done
 
     def join(self, timeout: float | None = None) -> None:
@@ -119,8 +146,8 @@ def start_ray_learners(
 
     init_ray(address)
     cfg = RunConfig.model_validate_json(specs[0].cfg_json)
-    cpus = 1.0
-    placement = place(cfg, learner_cpus=cpus)
+    cpus = LEARNER_CPUS
+    placement = active_placement() or place(cfg, learner_cpus=cpus)  # prepare_ray_run's
     actors: list[Any] = []
     try:
         cls = learner_actor_class()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+from collections.abc import Mapping
 from typing import Any
 
 from thundersync.cluster.ray_plan import (
@@ -25,6 +26,9 @@ from thundersync.cluster.ray_plan import (
 from thundersync.config import RunConfig
 
 _ACTIVE: list[RayPlacement] = []  # the driver's placement (one run per driver process)
+# every actor's env: a dead NCCL peer raises instead of hanging the barrier, warnings reach logs
+ACTOR_ENV = {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "NCCL_DEBUG": "WARN"}
+_ENV: dict[str, str] = {}  # the run's actor env, set by `place`
 
 
 class RayPlacement:
@@ -66,6 +70,24 @@ class RayPlacement:
             ),
         }
 
+    def to_json(self) -> dict[str, Any]:
+        """The plan as the run dir records it: each role's bundle, GPUs and node."""
+        nodes = self.bundle_nodes()
+        return {
+            "kind": "ray",
+            "strategy": self.plan.strategy.value,
+            "slots": [
+                {
+                    "role": s.role.value,
+                    "index": s.index,
+                    "bundle": s.bundle,
+                    "gpus": s.gpus,
+                    "node_id": nodes.get(s.bundle),
+                }
+                for s in self.plan.slots
+            ],
+        }
+
     def bundle_nodes(self) -> dict[int, str]:
         """Bundle index -> the node id Ray placed it on."""
         from ray.util import placement_group_table
@@ -90,12 +112,32 @@ def place(cfg: RunConfig, *, learner_cpus: float = 1.0) -> RayPlacement | None:
     """Plan on the live cluster and reserve it; None (CPU actors) when no role asks for GPUs.
     Raises `PlacementError` before any actor exists when the cluster cannot hold the plan."""
     release()
+    _ENV.clear()
+    _ENV.update(actor_env(cfg, os.environ))
     plan = plan_placement(cfg, cluster_nodes(), learner_cpus=learner_cpus)
     if not plan.enabled:
         return None
     placement = RayPlacement.create(plan, cfg.placement.ready_timeout_s)
     _ACTIVE.append(placement)
     return placement
+
+
+def shares_learner_host(placement: RayPlacement | None) -> bool:
+    """Whether every rollout replica runs on learner rank 0's node: a one-node cluster, or both
+    roles in bundles of that node. CPU actors go where Ray puts them: not known, so False."""
+    nodes = cluster_nodes()
+    if len(nodes) <= 1:
+        return True
+    if placement is None:
+        return False
+    learner, rollout = (
+        placement.plan.slot(PlacementRole.LEARNER, 0),
+        placement.plan.of(PlacementRole.ROLLOUT),
+    )
+    if learner is None or not rollout:
+        return False
+    where = placement.bundle_nodes()
+    return all(where[s.bundle] == where[learner.bundle] for s in rollout)
 
 
 def active_placement() -> RayPlacement | None:
@@ -110,11 +152,21 @@ def release() -> None:
             placement.remove()
 
 
+def actor_env(cfg: RunConfig, environ: Mapping[str, str]) -> dict[str, str]:
+    """The defaults, then the driver's own NCCL_* settings (the cluster's interfaces), then
+    `placement.actor_env`: what every actor's runtime env carries to its node."""
+    nccl = {k: v for k, v in environ.items() if k.startswith("NCCL_")}
+    return {**ACTOR_ENV, **nccl, **cfg.placement.actor_env}
+
+
 def actor_options(role: PlacementRole, index: int = 0, *, cpus: float = 0.0) -> dict[str, Any]:
     """Ray actor options of `role`'s rank / replica `index`: its bundle under the active
-    placement, else `cpus` CPUs and no GPU (as without a plan)."""
+    placement, else `cpus` CPUs and no GPU (as without a plan); the run's actor env either way."""
     placement = active_placement()
-    return placement.options(role, index, cpus) if placement else {"num_cpus": cpus}
+    opts: dict[str, Any] = placement.options(role, index, cpus) if placement else {"num_cpus": cpus}
+    if _ENV:
+        opts["runtime_env"] = {"env_vars": dict(_ENV)}
+    return opts
 
 
 def describe_active() -> str:
@@ -146,6 +198,7 @@ def actor_where() -> dict[str, Any]:
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "cuda_available": torch.cuda.is_available(),
         "placement_group": pg,
+        "nccl_env": {k: v for k, v in os.environ.items() if k.startswith(("NCCL_", "TORCH_NCCL_"))},
         "resources": ctx.get_assigned_resources(),
     }
 

@@ -14,7 +14,14 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from thundersync.config import Objective, PlacementStrategy, RolloutEngine, RunConfig
+from thundersync.config import (
+    LOSSLESS_SCHEDULES,
+    Objective,
+    PlacementStrategy,
+    RolloutEngine,
+    RunConfig,
+    WeightTransport,
+)
 
 
 class PlacementError(ValueError):
@@ -253,3 +260,24 @@ def _spread_fits(slots: Sequence[Slot], caps: Sequence[tuple[float, float]]) -> 
     need = sorted(((s.gpus, s.cpus) for s in slots), reverse=True)
     have = sorted(caps, reverse=True)
     return all(g <= hg and c <= hc for (g, c), (hg, hc) in zip(need, have, strict=False))
+
+
+def publish_transport(cfg: RunConfig, *, same_host: bool) -> WeightTransport:
+    """The transport the placement allows: shared memory only when every rollout replica is on
+    learner rank 0's node; across nodes a vLLM run broadcasts (NCCL / gloo) and an HF engine
+    reads a disk checkpoint on the run's shared storage. An explicit `shm` across nodes is
+    refused (the replicas would read a segment that is not on their host)."""
+    t = cfg.publish.transport
+    if t is WeightTransport.SHM and not same_host:
+        raise PlacementError(
+            "publish.transport=shm but the placement puts rollout replicas on other nodes than "
+            "learner rank 0, where its shared memory is not: set publish.transport to auto, "
+            "broadcast (vLLM) or disk (shared storage), or placement.strategy to STRICT_PACK"
+        )
+    if t is not WeightTransport.AUTO:
+        return t
+    if same_host:
+        return WeightTransport.SHM
+    vllm = cfg.rollout.engine is RolloutEngine.VLLM
+    broadcast = vllm and cfg.schedule in LOSSLESS_SCHEDULES
+    return WeightTransport.BROADCAST if broadcast else WeightTransport.DISK

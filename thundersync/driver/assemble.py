@@ -23,6 +23,10 @@ from thundersync.rollout.types import SamplingParams
 from thundersync.rundir import RunFiles
 
 if TYPE_CHECKING:
+    import torch
+
+    from thundersync.cluster.local_plan import LocalPlan
+    from thundersync.cluster.ray_plan import PlacementRole
     from thundersync.cluster.ray_servers import ServerGroup
     from thundersync.rollout.vllm_server import VLLMServer
     from thundersync.teacher.client import TeacherClient
@@ -147,9 +151,11 @@ class RolloutParts:
 
 
 def _scorer(
-    cfg: RunConfig, teacher_dir: Path, files: RunFiles, on_ray: bool
+    cfg: RunConfig, teacher_dir: Path, files: RunFiles, on_ray: bool, gpus: LocalPlan | None
 ) -> tuple[Scorer, VLLMServer | ServerGroup | None]:
     """(the frozen teacher's scorer, its supervised server or None)."""
+    from thundersync.cluster.ray_plan import PlacementRole
+
     backend = cfg.teacher.backend
     incremental = cfg.teacher.effective_scoring is TeacherScoring.INCREMENTAL
     # room for every concurrently open trajectory (and reruns) before LRU re-scoring
@@ -159,10 +165,9 @@ def _scorer(
 
         return RayScorer(str(teacher_dir), max_open=cap if incremental else 0), None
     if backend == "hf":
-        from thundersync.learner.device import resolve_device
         from thundersync.teacher.scorer import HFScorer
 
-        device = resolve_device(cfg.learner.device)
+        device = driver_device(cfg, gpus, PlacementRole.TEACHER)
         if incremental:
             from thundersync.teacher.incremental import IncrementalHFScorer
 
@@ -170,26 +175,37 @@ def _scorer(
         return HFScorer.from_dir(teacher_dir, device=device), None
     if backend != "vllm":
         raise ConfigUnsupported(f"teacher.backend {backend!r}: use hf or vllm")
-    from thundersync.rollout.vllm_server import VLLMServer, VLLMServerConfig
+    from thundersync.rollout.engine_settings import teacher_server_config
+    from thundersync.rollout.vllm_server import VLLMServer, engine_on_gpu
     from thundersync.teacher.replicas import TeacherReplicas
     from thundersync.teacher.supervised import SupervisedVLLMScorer
 
     if not on_ray:
-        server = VLLMServer(VLLMServerConfig(model=str(teacher_dir)), log_dir=files.teacher)
+        sc = teacher_server_config(cfg, teacher_dir, on_gpu=engine_on_gpu())
+        if gpus is not None:  # its own GPUs under the node's plan
+            sc.extra_env = gpus.env(PlacementRole.TEACHER, 0)
+        server = VLLMServer(sc, log_dir=files.teacher)
         server.start()
         return SupervisedVLLMScorer(server), server
-    from thundersync.cluster.ray_plan import PlacementRole
     from thundersync.cluster.ray_servers import ServerGroup, remote_servers, start_vllm_replicas
 
-    on_gpu = cfg.placement.teacher_gpus > 0
-    sc = VLLMServerConfig(
-        model=str(teacher_dir),  # readable on the replica's node (a shared filesystem)
-        tensor_parallel_size=cfg.placement.teacher_tp if on_gpu else 1,
-        enforce_eager=not on_gpu,
-    )
+    # the model dir must be readable on the replica's node (a shared filesystem)
+    sc = teacher_server_config(cfg, teacher_dir, on_gpu=cfg.placement.teacher_gpus > 0)
     # one replica per teacher GPU bundle of the placement (one CPU actor without GPUs)
     servers = remote_servers(start_vllm_replicas(PlacementRole.TEACHER, sc, files.teacher), sc)
     return TeacherReplicas([SupervisedVLLMScorer(s) for s in servers]), ServerGroup(servers)
+
+
+def driver_device(cfg: RunConfig, gpus: LocalPlan | None, role: PlacementRole) -> torch.device:
+    """An in-driver role's device: its own GPU when the node's plan gives it one, else the
+    learner's device setting (a one-GPU box shares cuda:0)."""
+    import torch
+
+    from thundersync.learner.device import resolve_device
+
+    index = gpus.driver_index(role) if gpus is not None else None
+    device = resolve_device(cfg.learner.device)
+    return torch.device("cuda", index) if index is not None and device.type == "cuda" else device
 
 
 def build_rollout_parts(
@@ -200,21 +216,24 @@ def build_rollout_parts(
     teacher_dir: Path | None,
     version: int,
     on_ray: bool,
+    gpus: LocalPlan | None = None,
 ) -> RolloutParts:
+    """`gpus`: the node's plan without Ray (an in-driver engine / teacher takes its GPU)."""
+    from thundersync.cluster.ray_plan import PlacementRole
     from thundersync.hf_models import load_tokenizer
-    from thundersync.learner.device import DTYPES, resolve_device
+    from thundersync.learner.device import DTYPES
     from thundersync.rollout.hf_engine import HFEngine
 
     start = files.weights(version) if version else student
     engine: InferenceEngine
     if cfg.rollout.engine is RolloutEngine.VLLM:
-        engine = vllm_replicas(cfg, files, start, version, on_ray=on_ray)
+        engine = vllm_replicas(cfg, files, start, version, on_ray=on_ray, gpus=gpus)
     elif on_ray:
         from thundersync.cluster.ray_actors import RayEngine
 
         engine = RayEngine(str(start), version=version)
     else:
-        dtype, device = DTYPES[cfg.model.dtype], resolve_device(cfg.learner.device)
+        dtype, device = DTYPES[cfg.model.dtype], driver_device(cfg, gpus, PlacementRole.ROLLOUT)
         engine = HFEngine(start, version=version, dtype=dtype, device=device)
     loop_cfg = AgentLoopConfig(
         max_turns=cfg.rollout.max_turns,
@@ -236,7 +255,7 @@ def build_rollout_parts(
     if teacher_dir is not None:
         from thundersync.teacher.client import TeacherClient
 
-        scorer, parts.teacher_server = _scorer(cfg, teacher_dir, files, on_ray)
+        scorer, parts.teacher_server = _scorer(cfg, teacher_dir, files, on_ray, gpus)
         parts.teacher = TeacherClient(
             scorer, timeout_s=cfg.teacher.timeout_s, retries=cfg.teacher.retries, backoff_s=0.2
         )

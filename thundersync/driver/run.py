@@ -34,7 +34,7 @@ from thundersync.bus.events import (
     TrajectoryRegistered,
 )
 from thundersync.bus.factory import BusKind, open_run_bus, run_bus_kind
-from thundersync.cluster.placement import LearnerGroup, RunFailed, core_split
+from thundersync.cluster.placement import LearnerGroup, RunFailed, place_on_node
 from thundersync.config import Objective, RunConfig, Schedule, revalidate
 from thundersync.driver.assemble import RolloutParts, build_models, build_rollout_parts
 from thundersync.driver.async_schedules import AsyncSchedule
@@ -69,7 +69,7 @@ class RunDriver:
         faults: FaultPlan | None = None,
     ) -> None:
         self.cfg = cfg = revalidate(cfg)  # refused here, not at the first group close
-        self.files = RunDirWriter(run_dir)
+        self.files = RunDirWriter(Path(run_dir).absolute())  # the same path on every node
         # one bus namespace per attempt (a resume never reads a killed attempt's events), under
         # the service's run id when it launched us: its reconciler finds `tsrl:<run id>:*`
         attempt = f"{os.getpid()}-{int(time.time())}"
@@ -117,10 +117,16 @@ class RunDriver:
 
         cfg = self.cfg
         student, teacher_dir = build_models(cfg, self.files)
-        roll_cpu, learn_cpu = core_split()
-        self.files.write_log(
-            f"placement: rollout+driver on cpu {roll_cpu}, learner on cpu {learn_cpu}"
-        )
+        if self.ray_address is not None:  # the placement first: it decides the transport
+            from thundersync.cluster.ray_learners import prepare_ray_run
+
+            self.cfg, note = prepare_ray_run(cfg, self.ray_address)
+            cfg = self.cfg
+            self.files.write_log(note)
+        node = place_on_node(cfg, on_ray=self.ray_address is not None)
+        for line in node.describe():
+            self.files.write_log(line)
+            print(line, file=sys.stderr, flush=True)
         self.files.write_config(cfg.model_dump_json(indent=2))
         version = self._start_version()
         if self.resume:
@@ -137,21 +143,25 @@ class RunDriver:
             str(self.files.root),
             self.run_id,
             replicas=() if asynchronous else replica_ids(cfg),
-            cpu=learn_cpu,
+            cpu=node.learner_cpu,
             resume=self.resume,
             log_batches=self.log_batches,
         )
         stages.report("learner", f"starting {cfg.learner.ranks} learner rank(s)")
         self.learners = LearnerGroup.start(
-            spec, learner_bus, world=cfg.learner.ranks, ray_address=self.ray_address
+            spec, learner_bus, world=cfg.learner.ranks, ray_address=self.ray_address, gpus=node.gpus
         )
+        recorded = node.to_json()
         if self.ray_address is not None:
             self.files.write_log(
                 f"placement: {cfg.learner.ranks} learner rank(s) as Ray actors on {self.ray_address}"
             )
+            if self.learners.placement is not None:
+                recorded["ray"] = self.learners.placement.to_json()
+        self.files.write_placement(recorded)
         affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
-        if roll_cpu is not None:
-            os.sched_setaffinity(0, {roll_cpu})
+        if node.driver_cpus is not None:
+            os.sched_setaffinity(0, node.driver_cpus)
         torch.set_num_threads(1)
         # generation threads hold the GIL between torch ops; a short switch interval lets the bus
         # feeder thread hand a ready source to the learner within a millisecond or so
@@ -171,6 +181,7 @@ class RunDriver:
                 teacher_dir=teacher_dir,
                 version=version,
                 on_ray=self.ray_address is not None,
+                gpus=node.gpus,
             )
             pool = task_pool(cfg)
             self.learners.wait_ready(self.timeline.sub)

@@ -5,6 +5,7 @@ together one `ReplicaSet`; and the ids under which they acknowledge a version.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -13,7 +14,15 @@ from thundersync.rollout.replicas import ReplicaSet
 from thundersync.rundir import RunFiles
 
 if TYPE_CHECKING:
+    from thundersync.cluster.local_plan import LocalPlan
     from thundersync.rollout.vllm_server import VLLMServerConfig
+
+
+def local_env(gpus: LocalPlan | None, replica: int) -> dict[str, str]:
+    """Replica `replica`'s CUDA_VISIBLE_DEVICES from the node's plan ({}: the driver's own)."""
+    from thundersync.cluster.ray_plan import PlacementRole
+
+    return gpus.env(PlacementRole.ROLLOUT, replica) if gpus is not None else {}
 
 
 def replica_ids(cfg: RunConfig) -> tuple[str, ...]:
@@ -23,24 +32,21 @@ def replica_ids(cfg: RunConfig) -> tuple[str, ...]:
 
 
 def replica_server_config(cfg: RunConfig, model: Path | str, *, on_gpu: bool) -> VLLMServerConfig:
-    """The `VLLMServerConfig` of each rollout replica (settings from `rollout.vllm`)."""
-    from thundersync.rollout.vllm_server import VLLMServerConfig
+    """The `VLLMServerConfig` of each rollout replica (rollout/engine_settings.py: from
+    `rollout.vllm` and the device)."""
+    from thundersync.rollout.engine_settings import rollout_server_config
 
-    v = cfg.rollout.vllm
-    return VLLMServerConfig(
-        model=str(model),
-        dtype=v.dtype or cfg.model.dtype,
-        max_model_len=v.max_model_len,
-        kv_cache_gib=v.kv_cache_gib,
-        seed=cfg.seed,
-        tensor_parallel_size=v.tensor_parallel_size,
-        gpu_memory_utilization=v.gpu_memory_utilization if on_gpu else None,
-        enforce_eager=v.enforce_eager if v.enforce_eager is not None else not on_gpu,
-    )
+    return rollout_server_config(cfg, model, on_gpu=on_gpu)
 
 
 def vllm_replicas(
-    cfg: RunConfig, files: RunFiles, start: Path, version: int, *, on_ray: bool = False
+    cfg: RunConfig,
+    files: RunFiles,
+    start: Path,
+    version: int,
+    *,
+    on_ray: bool = False,
+    gpus: LocalPlan | None = None,
 ) -> ReplicaSet:
     """`rollout.replicas` vLLM servers on `start`, started in parallel; all or none. With Ray
     each is a replica actor in its placement bundle, reached at its node's URL (shared-memory
@@ -49,15 +55,13 @@ def vllm_replicas(
     servers (rollout/vllm_attach.py) and loads `start` into them."""
     from concurrent.futures import ThreadPoolExecutor
 
-    import torch
-
     from thundersync.rollout.vllm_engine import VLLMEngine
-    from thundersync.rollout.vllm_server import VLLMServer
+    from thundersync.rollout.vllm_server import VLLMServer, engine_on_gpu
 
     v = cfg.rollout.vllm
     if v.urls:
         return _attached_replicas(cfg, start, version)
-    on_gpu = cfg.placement.rollout_gpus > 0 if on_ray else torch.cuda.is_available()
+    on_gpu = cfg.placement.rollout_gpus > 0 if on_ray else engine_on_gpu()
     sc = replica_server_config(cfg, start, on_gpu=on_gpu)
     log_dir = files.root / "vllm"
     eos = _eos_id(start)
@@ -71,7 +75,10 @@ def vllm_replicas(
         # VLLMEngine is typed on VLLMServer; remote and attached servers stand in for it by shape
         servers: list[Any] = remote_servers(actors, sc)
     else:
-        servers = [VLLMServer(sc, log_dir=log_dir) for _ in range(cfg.rollout.replicas)]
+        servers = [
+            VLLMServer(replace(sc, extra_env=local_env(gpus, i)), log_dir=log_dir)
+            for i in range(cfg.rollout.replicas)
+        ]
         with ThreadPoolExecutor(len(servers)) as pool:
             futs = [pool.submit(s.start) for s in servers]
             errors = [f.exception() for f in futs]
@@ -90,19 +97,17 @@ def vllm_replicas(
 def _attached_replicas(cfg: RunConfig, start: Path, version: int) -> ReplicaSet:
     """Engines on the running servers of `rollout.vllm.urls`, every one loaded with `start`
     (version `version`) through the run's publish transport before the first rollout."""
-    import json
-
     from thundersync.config import WeightTransport
     from thundersync.learner.device import DTYPES
     from thundersync.rollout.vllm_attach import attach_servers, load_start_weights
     from thundersync.rollout.vllm_engine import VLLMEngine
 
     v = cfg.rollout.vllm
-    context = json.loads((start / "config.json").read_text()).get("max_position_embeddings")
-    need = min(x for x in (cfg.rollout.max_total_tokens, v.max_model_len, context) if x)
     tp = v.tensor_parallel_size
+    # every trajectory may reach rollout.max_total_tokens: a server that holds fewer is refused
+    # here, before any rollout, not at the first long request
     servers: list[Any] = attach_servers(
-        v.urls, start, timeout_s=v.attach_timeout_s, need_len=need, tp=tp
+        v.urls, start, timeout_s=v.attach_timeout_s, need_len=cfg.rollout.max_total_tokens, tp=tp
     )
     eos = _eos_id(start)
     engines = [

@@ -67,6 +67,7 @@ class LearnerSpec:
     world: int = 1
     port: int = 0  # gloo rendezvous when world > 1
     parent_pid: int | None = None  # a local learner dies with this driver process
+    cuda_devices: str | None = None  # this rank's CUDA_VISIBLE_DEVICES (local plan), None: as is
 
 
 class LearnerLoop:
@@ -250,15 +251,31 @@ class LearnerLoop:
         return version
 
 
+def where_info() -> dict[str, object]:
+    """What this process was given: its host, GPUs and cores (the run dir's where/*.json)."""
+    import socket
+
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    return {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "cpus": cpus,
+    }
+
+
 def learner_main(spec: LearnerSpec, bus: Bus | BusRef) -> None:
     """Entry point of the learner process."""
     if spec.parent_pid is not None:
         from thundersync.lifecycle import die_with_parent
 
         die_with_parent(spec.parent_pid)  # a SIGKILLed driver takes its learner with it
+    if spec.cuda_devices is not None:  # before the first CUDA call, which reads it once
+        os.environ["CUDA_VISIBLE_DEVICES"] = spec.cuda_devices
     if spec.cpu is not None and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {spec.cpu})
     torch.set_num_threads(spec.threads)
+    RunFiles(spec.run_dir).record_where(f"learner-{spec.rank}", where_info())
     try:
         LearnerLoop(spec, connect(bus)).run()
     except Exception:

@@ -2,7 +2,8 @@
 
 shm (default): theta_{k+1} goes into one of `publish.keep_last` shared-memory slots
 (rollout/weight_wire.py), rewritten in place in turn, and every replica loads it in place; the disk
-is off the critical path. broadcast: learner rank 0 sends it over gloo (CPU) / NCCL (CUDA) to every
+is off the critical path. With replicas that ack (`publish.delta: on`), a version whose changed
+elements take fewer bytes goes out as a delta against the acked one (rollout/weight_delta.py). broadcast: learner rank 0 sends it over gloo (CPU) / NCCL (CUDA) to every
 vLLM worker (rollout/weight_broadcast.py), no copy in between. disk: a safetensors checkpoint per version (the
 old path, kept for comparison). Either way a disk copy is also written every `publish.disk_every`
 versions (default: every `checkpoint_every`, so a resume finds the weights of its checkpoint) and
@@ -20,9 +21,11 @@ from pathlib import Path
 import torch
 
 from thundersync.config import RunConfig, WeightTransport
+from thundersync.config_serving import DeltaPublish
 from thundersync.rollout.checkpoint import save_checkpoint
 from thundersync.rollout.weight_broadcast import WeightBroadcaster
-from thundersync.rollout.weight_wire import SHM_ROOT, ShmWeights, segment_path, write_shm
+from thundersync.rollout.weight_publisher import ShmPublisher
+from thundersync.rollout.weight_wire import SHM_ROOT, segment_path
 from thundersync.rundir import RunFiles
 
 
@@ -45,7 +48,9 @@ class PolicyWriter:
         # shm slots, reused in turn: a slot is rewritten only after every engine acked a later
         # version; stale schedules do not ack and load up to one version behind: one more
         self.slots = self.keep if acked else max(self.keep, 3)
-        self._used: set[int] = set()
+        # a delta needs replicas that ack every version (its base is the acked one)
+        delta = acked and cfg.publish.delta is DeltaPublish.ON
+        self.shm = ShmPublisher(run_tag, slots=self.slots, owners=owners, delta=delta)
         self.broadcaster: WeightBroadcaster | None = None  # made at rank 0's first publish
         self.every_version_on_disk = every_version_on_disk  # a recorded run: replay reads them
 
@@ -73,12 +78,7 @@ class PolicyWriter:
                 v = self.cfg.rollout
                 self.broadcaster = WeightBroadcaster(v.replicas * v.vllm.tensor_parallel_size)
             return self.broadcaster.announce(version, weights)
-        slot = version % self.slots
-        seg = write_shm(
-            segment_path(self.run_tag, slot), weights, version=version, owners=self.owners
-        )
-        self._used.add(slot)
-        return seg.uri
+        return self.shm.write(version, weights)  # a delta against the acked one when smaller
 
     def send(self, version: int, weights: Mapping[str, torch.Tensor]) -> None:
         """After `PolicyPublished`: the broadcast itself (every replica worker joins it from its
@@ -89,6 +89,7 @@ class PolicyWriter:
     def prune(self, acked: int) -> None:
         """After every engine acked `acked`: drop disk versions older than the last `keep_last`
         (shared memory needs no pruning: its slots are reused)."""
+        self.shm.acked(acked)
         floor = acked - self.keep + 1
         root = self.files.weights(0).parent
         if self.every_version_on_disk or not root.is_dir():
@@ -101,9 +102,7 @@ class PolicyWriter:
                 shutil.rmtree(self.files.weights(v), ignore_errors=True)
 
     def close(self) -> None:
-        for slot in self._used:
-            ShmWeights(segment_path(self.run_tag, slot)).remove()
-        self._used = set()
+        self.shm.close()
 
 
 def remove_run_segments(run_tag: str) -> int:
