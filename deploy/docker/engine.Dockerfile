@@ -1,6 +1,7 @@
 # syntax=docker/dockerfile:1.7
-# vLLM on CUDA behind `tsrl teacher serve`: the teacher scoring server and the rollout engine use the
-# same image (the rollout one serves the policy and reloads published weights from /checkpoints).
+# vLLM on CUDA behind `tsrl teacher serve` / `tsrl vllm serve`: a standalone scoring or rollout
+# server outside Ray, e.g. one a run attaches to with rollout.vllm.urls. Runs on the cluster do
+# not need it: their replicas are Ray actors in the GPU image (learner.Dockerfile).
 # Build from the repository root:
 #   docker build -f deploy/docker/engine.Dockerfile -t thundersync/engine:0.1.0 .
 # Two venvs, as on a developer machine (.venv + .venv-vllm): vLLM pins its own torch/transformers
@@ -39,7 +40,11 @@ COPY recipes ./recipes
 RUN pip install --no-deps -e . && tsrl teacher serve --help >/dev/null
 
 FROM ${PYTHON_IMAGE} AS runtime
-RUN groupadd --system --gid 10001 tsrl \
+# gcc + libc6-dev: Triton (vLLM) compiles its launcher stubs at run time
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends gcc=4:12.2.0-3 libc6-dev=2.36-9+deb12u14 \
+ && rm -rf /var/lib/apt/lists/* \
+ && groupadd --system --gid 10001 tsrl \
  && useradd --system --uid 10001 --gid tsrl --home-dir /home/tsrl --create-home tsrl \
  && mkdir -p /models /checkpoints /data && chown tsrl:tsrl /models /checkpoints /data
 COPY --from=vllm /opt/vllm /opt/vllm

@@ -1,15 +1,23 @@
 """Cluster backend: each run is a Ray job (ray.job_submission.JobSubmissionClient).
 
-The driver command is the same `tsrl train CONFIG --run-dir DIR`; DIR must be on a filesystem the
-service and the Ray workers share (the launcher reads metrics/spans from it and cancels through
-DIR/CANCEL). The job's logs are copied into DIR/output.log. `ray` is an optional extra
-(`pip install -e '.[ray]'`) and is imported only when this backend is selected.
+The job's entrypoint is `cd DIR && exec tsrl train CONFIG --run-dir DIR --ray auto`: the driver
+joins the cluster its job runs in (`auto`: RAY_ADDRESS, which Ray sets for a job) and places its
+learner ranks and vLLM replicas in the GPU bundles of the run's `placement` (cluster/ray_plan.py),
+which only GPU workers can hold. The entrypoint asks Ray for no resources, so the driver itself
+runs on the head (`num-gpus 0`). DIR and CONFIG must be absolute paths on a filesystem the service
+and every Ray node mount at the same path (deploy/: the tsrl-data volume at /data): the launcher
+reads metrics/spans from DIR and cancels through DIR/CANCEL, learner rank 0 writes weights there,
+and a job's working directory is not the service's. The job's logs are copied into
+DIR/output.log. `ray` is an optional extra (`pip install -e '.[ray]'`) and is imported only when
+this backend is selected.
 """
 
 from __future__ import annotations
 
+import os
 import shlex
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +26,48 @@ from thundersync.service.launcher.backends import Handle
 
 LOG_COPY_EVERY_S = 5.0
 _EXIT = {"SUCCEEDED": 0, "FAILED": 1, "STOPPED": -15}
+# What the driver passes to ray.init inside its job: the job's own cluster (Ray sets RAY_ADDRESS
+# for a job's entrypoint), never the dashboard URL the service submits to.
+JOB_RAY_ADDRESS = "auto"
+# The driver command on the Ray nodes: `tsrl` on their PATH (every image puts /opt/venv/bin
+# there), not the service's own interpreter path, which a node need not have.
+RAY_DRIVER_COMMAND = ("tsrl", "train")
+
+
+def ray_driver_command(env: Mapping[str, str] | None = None) -> list[str]:
+    """The driver command for Ray jobs: TSRL_RAY_DRIVER_COMMAND (shell words), else `tsrl train`."""
+    value = (os.environ if env is None else env).get("TSRL_RAY_DRIVER_COMMAND", "").strip()
+    return shlex.split(value) if value else list(RAY_DRIVER_COMMAND)
+
+
+def job_submission(
+    driver_command: list[str],
+    run_id: str,
+    config_path: Path,
+    run_dir: Path,
+    *,
+    ray_address: str = JOB_RAY_ADDRESS,
+) -> dict[str, Any]:
+    """The keyword arguments of `JobSubmissionClient.submit_job` for one run.
+
+    Raises ValueError for a relative CONFIG or DIR: the entrypoint runs on another machine, in a
+    working directory of Ray's choosing, where a relative path names nothing the service wrote."""
+    for what, path in (("run directory", run_dir), ("config", config_path)):
+        if not Path(path).is_absolute():
+            raise ValueError(
+                f"{what} {str(path)!r} is relative: a Ray job runs on the cluster, so it needs an "
+                "absolute path on storage every node mounts (set the service's --data-dir / "
+                "TSRL_DATA_DIR to that mount, e.g. /data)"
+            )
+    train = [*driver_command, str(config_path), "--run-dir", str(run_dir), "--ray", ray_address]
+    # cwd DIR, as the embedded backend runs it (docs/CONTRACTS.md, "What the service adds")
+    entrypoint = f"cd {shlex.quote(str(run_dir))} && exec {shlex.join(train)}"
+    return {
+        "entrypoint": entrypoint,
+        "submission_id": f"tsrl-{run_id}",
+        "runtime_env": {"env_vars": {"PYTHONUNBUFFERED": "1", "TSRL_RUN_ID": run_id}},
+        "metadata": {"tsrl_run_id": run_id},
+    }
 
 
 class RayJobHandle:
@@ -73,13 +123,8 @@ class RayJobBackend:
         self.client = JobSubmissionClient(address or "http://127.0.0.1:8265")
 
     def start(self, run_id: str, config_path: Path, run_dir: Path) -> Handle:
-        cmd = [*self.driver_command, str(config_path), "--run-dir", str(run_dir)]
-        job_id = self.client.submit_job(
-            entrypoint=shlex.join(cmd),
-            submission_id=f"tsrl-{run_id}",
-            runtime_env={"env_vars": {"PYTHONUNBUFFERED": "1", "TSRL_RUN_ID": run_id}},
-            metadata={"tsrl_run_id": run_id},
-        )
+        job = job_submission(self.driver_command, run_id, config_path, run_dir)
+        job_id = self.client.submit_job(**job)
         return RayJobHandle(self.client, job_id, run_dir)
 
     def adopt(self, pid: int | None, job_id: str | None, run_dir: str) -> Handle | None:

@@ -38,9 +38,10 @@ def make_backend(settings: Settings) -> Any:
     if settings.launcher == "embedded":
         return EmbeddedBackend(settings.driver_command)
     if settings.launcher == "ray":
-        from thundersync.service.launcher.ray_backend import RayJobBackend
+        from thundersync.service.launcher.ray_backend import RayJobBackend, ray_driver_command
 
-        return RayJobBackend(settings.driver_command, settings.ray_address)
+        # the job runs on a Ray node: its `tsrl`, not this interpreter's path (settings default)
+        return RayJobBackend(ray_driver_command(), settings.ray_address)
     raise ValueError(f"launcher {settings.launcher!r} unknown: use 'embedded' or 'ray'")
 
 

@@ -247,9 +247,24 @@ COVERED: dict[str, tuple[str, str]] = {
         _DEPLOY + "test_ray_cluster_config_validates",
         "Ray's autoscaler schema; never started",
     ),
-    "tsrl serve --launcher ray --ray-address http://HEAD:8265": (
+    "tsrl serve --launcher ray --ray-address http://HEAD:8265 --data-dir /data": (
         "tests/service/test_ray_backend.py::test_runs_go_through_ray_jobs",
         "the Ray launcher on a local cluster",
+    ),
+    "docker compose -f deploy/compose.yaml exec ray-head ray job submit --address "
+    "http://127.0.0.1:8265 -- tsrl train grpo-smollm2-gpu --run-dir /data/runs/first-gpu "
+    "--ray auto": (
+        "tests/deploy/test_deploy_commands.py::test_command_is_real",
+        "ray's and tsrl's options checked; never started",
+    ),
+    "ray job submit --address http://HEAD:8265 -- tsrl train grpo-smollm2-gpu --run-dir "
+    "/data/runs/first-gpu --ray auto": (
+        "tests/deploy/test_deploy_commands.py::test_command_is_real",
+        "ray's and tsrl's options checked; never started",
+    ),
+    "kubectl -n thundersync get rayjob grpo-smollm2-gpu": (
+        "tests/deploy/test_deploy_gpu_layout.py::test_rayjob_runs_the_driver_with_ray_on_the_shared_volume",
+        "the RayJob's entrypoint, recipe and volumes; never applied",
     ),
     "bash deploy/gpu-smoke.sh runs/gpu-smoke": (_GPU, "with a stand-in tsrl: no GPU here"),
 }

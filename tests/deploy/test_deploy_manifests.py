@@ -73,11 +73,13 @@ def test_compose_config_with_rendered_secrets(tmp_path: Path) -> None:
 def test_compose_stack_shape() -> None:
     doc = compose()
     svcs = doc["services"]
-    for name in ["service", "postgres", "redis", "ray-head", "ray-worker", "teacher", "rollout"]:
+    for name in ["service", "postgres", "redis", "ray-head", "ray-worker"]:
         assert name in svcs, name
-    for name in ["ray-worker", "teacher", "rollout"]:
-        devices = svcs[name]["deploy"]["resources"]["reservations"]["devices"]
-        assert devices and devices[0]["capabilities"] == ["gpu"], name
+    # GPUs only on the Ray worker, all of them: each run starts its own engines there
+    gpu = {n for n, v in svcs.items() if (v.get("deploy") or {}).get("resources")}
+    assert gpu == {"ray-worker"}, gpu
+    devices = svcs["ray-worker"]["deploy"]["resources"]["reservations"]["devices"]
+    assert devices and devices[0]["capabilities"] == ["gpu"] and devices[0]["count"] == "all"
     for name, svc in svcs.items():
         if svc.get("restart") != "no":
             assert "healthcheck" in svc, f"{name}: no healthcheck"
@@ -168,7 +170,12 @@ def test_tsrl_images_are_multi_stage_and_ignore_build_junk() -> None:
         assert ".venv" in ignore and ".git" in ignore
     learner = (DOCKER / "learner.Dockerfile").read_text()
     assert "torch==2.13.0" in learner and "download.pytorch.org/whl/${TORCH_CUDA}" in learner
-    assert "TSRL_VLLM_PYTHON=/opt/vllm/bin/python" in (DOCKER / "engine.Dockerfile").read_text()
+    # the GPU image runs the vLLM replica actors: the engine image's vLLM venv, same pins
+    engine = (DOCKER / "engine.Dockerfile").read_text()
+    for text in (learner, engine):
+        assert "TSRL_VLLM_PYTHON=/opt/vllm/bin/python" in text
+        assert "/opt/vllm/bin/pip install vllm==0.32.0 torch==2.13.0" in text
+    assert "COPY --from=vllm /opt/vllm /opt/vllm" in learner
 
 
 def test_images_install_the_pinned_skyrl() -> None:
@@ -254,7 +261,7 @@ def test_kuberay_pod_templates_validate(tmp_path: Path) -> None:
         for c in g["template"]["spec"]["containers"]
         if "nvidia.com/gpu" in c["resources"].get("limits", {})
     ]
-    assert {c["name"] for c in gpus} >= {"teacher", "rollout", "ray-worker"}
+    assert {c["name"] for c in gpus} == {"ray-worker"}  # no engine sidecar, no GPU on the head
 
     (job,) = load_yaml_docs(K8S / "rayjob.yaml")
     assert job["apiVersion"] == "ray.io/v1" and job["kind"] == "RayJob"

@@ -6,14 +6,24 @@ is not installed in the test venv). The stand-in is Ray's side, not the part und
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 from enum import Enum
 from pathlib import Path
+from typing import Any
 
+import pytest
+import typer
 from fastapi.testclient import TestClient
 from service_helpers import ADMIN_TOKEN, bearer, make_settings, wait_final, wait_for
 
-from thundersync.service.launcher.ray_backend import RayJobBackend
+from thundersync.cli import app
+from thundersync.service.launcher.ray_backend import (
+    JOB_RAY_ADDRESS,
+    RayJobBackend,
+    job_submission,
+    ray_driver_command,
+)
 from thundersync.service.main import create_app
 
 
@@ -94,6 +104,61 @@ def test_runs_go_through_ray_jobs(database_url: str, tmp_path: Path) -> None:
         c.post(f"/api/v1/runs/{slow['id']}/cancel", headers=h)
         assert wait_final(c, slow["id"], h)["status"] == "cancelled"
     entry = client.submitted[0]
-    assert f"--run-dir {tmp_path}" in str(entry["entrypoint"])
+    run_dir = settings.runs_dir / ok["id"]
+    argv = driver_argv(str(entry["entrypoint"]))
+    assert argv[argv.index("--run-dir") + 1] == str(run_dir) and run_dir.is_absolute()
+    assert argv[argv.index("--ray") + 1] == "auto"
     assert entry["metadata"] == {"tsrl_run_id": ok["id"]}
     assert ADMIN_TOKEN not in repr(client.submitted)
+
+
+def driver_argv(entrypoint: str) -> list[str]:
+    """The driver's argv in the entrypoint `cd DIR && exec ARGV`."""
+    cd, sep, cmd = entrypoint.partition(" && exec ")
+    assert sep and cd.startswith("cd "), entrypoint
+    return shlex.split(cmd)
+
+
+def test_job_runs_the_driver_on_ray_with_absolute_paths(tmp_path: Path) -> None:
+    run_dir = tmp_path / "runs dir" / "r1"  # a space: the entrypoint is a shell line
+    config = run_dir / "config.json"
+    job = job_submission(ray_driver_command({}), "r1", config, run_dir)
+    cd, _, _ = job["entrypoint"].partition(" && exec ")
+    assert shlex.split(cd) == ["cd", str(run_dir)]  # cwd DIR, as the embedded backend
+    argv = driver_argv(job["entrypoint"])
+    assert argv == [
+        "tsrl",
+        "train",
+        str(config),
+        "--run-dir",
+        str(run_dir),
+        "--ray",
+        JOB_RAY_ADDRESS,
+    ]
+    assert JOB_RAY_ADDRESS == "auto"  # the job's own cluster, not the dashboard URL
+    # every option it passes is one the real `tsrl train` has
+    cmd: Any = typer.main.get_command(app)
+    opts = {o for p in cmd.commands["train"].params for o in p.opts}
+    assert {a for a in argv if a.startswith("--")} <= opts
+    # no entrypoint resources: the driver itself runs on the head, its GPUs come from placement
+    assert not {k for k in job if k.startswith("entrypoint_")}
+    assert job["submission_id"] == "tsrl-r1"
+    assert job["runtime_env"]["env_vars"]["TSRL_RUN_ID"] == "r1"
+
+
+def test_relative_paths_are_refused() -> None:
+    with pytest.raises(ValueError, match="relative"):
+        job_submission(["tsrl", "train"], "r1", Path("/data/runs/r1/config.json"), Path("runs/r1"))
+    with pytest.raises(ValueError, match="relative"):
+        job_submission(["tsrl", "train"], "r1", Path("config.json"), Path("/data/runs/r1"))
+
+
+def test_ray_driver_command_is_the_nodes_tsrl() -> None:
+    assert ray_driver_command({}) == ["tsrl", "train"]
+    custom = {"TSRL_RAY_DRIVER_COMMAND": "/opt/venv/bin/python -m thundersync.cli train"}
+    assert ray_driver_command(custom) == [
+        "/opt/venv/bin/python",
+        "-m",
+        "thundersync.cli",
+        "train",
+    ]
