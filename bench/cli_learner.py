@@ -23,6 +23,10 @@ def equivalence(
     masked: bool = typer.Option(
         False, "--masked", help="drop failed rows mid-update (rollout.on_failure: drop)"
     ),
+    groups: int = typer.Option(2, min=2, help="GRPO groups per update (OPD: trajectories x 2)"),
+    max_open_groups: int = typer.Option(
+        2, min=1, help="learner.max_open_groups: fewer than --groups defers groups' sources"
+    ),
     as_json: bool = typer.Option(False, "--json", help="last line: one JSON object"),
 ) -> None:
     """Replay logged batches through sync, group and stream; report parameter gaps per update."""
@@ -49,10 +53,12 @@ def equivalence(
         arch=arch,
         device=device,
         masked=masked,
+        groups=groups,
+        max_open_groups=max_open_groups,
     )
     title = (
-        f"equivalence: {obj.value}, {arch.value}, {ranks} rank(s), reward offset {reward_offset}"
-        + (", masked rows" if masked else "")
+        f"equivalence: {obj.value}, {arch.value}, {ranks} rank(s), reward offset {reward_offset}, "
+        f"{groups} groups, max_open_groups {max_open_groups}" + (", masked rows" if masked else "")
     )
     table = Table(title=title)
     cols = [c for c in res["per_update"][0] if c != "update"]

@@ -33,14 +33,18 @@ from thundersync.rollout.vllm_server import free_port
 
 
 def bench_config(
-    objective: Objective, ranks: int, dtype: str = "float32", device: str = "cpu"
+    objective: Objective,
+    ranks: int,
+    dtype: str = "float32",
+    device: str = "cpu",
+    max_open_groups: int = 2,
 ) -> RunConfig:
     return load_run_config(
         data={
             "objective": objective.value,
             "model": {"dtype": dtype},
             "optim": {"lr": 1e-3, "max_grad_norm": 1.0},
-            "learner": {"ranks": ranks, "max_open_groups": 2, "device": device},
+            "learner": {"ranks": ranks, "max_open_groups": max_open_groups, "device": device},
         }
     )
 
@@ -55,21 +59,33 @@ def make_models(root: Path, arch: Arch = Arch.LLAMA) -> tuple[Path, Path]:
 
 
 def make_batches(
-    objective: Objective, updates: int, teacher_dir: Path, reward_offset: float, seed: int
+    objective: Objective,
+    updates: int,
+    teacher_dir: Path,
+    reward_offset: float,
+    seed: int,
+    groups: int = 2,
 ) -> list[LoggedBatch]:
+    """`groups` GRPO groups of 8 per update (OPD: 2 x `groups` trajectories)."""
     from thundersync.hf_models import load_model
 
     rng = random.Random(seed)
     if objective is Objective.GRPO:
         return [
             make_grpo_batch(
-                rng, vocab=512, groups=2, group_size=8, reward_offset=reward_offset, tag=f"u{k}"
+                rng,
+                vocab=512,
+                groups=groups,
+                group_size=8,
+                reward_offset=reward_offset,
+                tag=f"u{k}",
             )
             for k in range(updates)
         ]
     teacher = load_model(teacher_dir)
     return [
-        make_opd_batch(rng, teacher, vocab=512, trajectories=4, tag=f"u{k}") for k in range(updates)
+        make_opd_batch(rng, teacher, vocab=512, trajectories=2 * groups, tag=f"u{k}")
+        for k in range(updates)
     ]
 
 
@@ -196,6 +212,8 @@ def run_equivalence(
     arch: Arch = Arch.LLAMA,
     device: str = "cpu",
     masked: bool = False,
+    groups: int = 2,
+    max_open_groups: int = 2,
 ) -> dict[str, Any]:
     """`dtype` is the learner's compute dtype (bf16: fp32 master weights and moments, fp32/fp64
     accumulators); with bf16 the schedules are compared among themselves and against an fp32 sync
@@ -209,16 +227,22 @@ def run_equivalence(
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         student, teacher = make_models(root, Arch(arch))
-        batches = make_batches(objective, updates, teacher, reward_offset, seed)
+        batches = make_batches(objective, updates, teacher, reward_offset, seed, groups)
         if masked:
             rng = random.Random(seed + 7)
             batches = [with_failures(b, rng) for b in batches]
         clean = [b.masked() for b in batches] if masked else batches
-        cfg1 = bench_config(objective, 1, dtype, device)
+        cap = max_open_groups
+        cfg1 = bench_config(objective, 1, dtype, device, cap)
         reference = train_reference(student, bench_config(objective, 1), clean)
         masked_sync = _train(student, cfg1, clean, Schedule.SYNC) if masked else None
         fp32_sync = (
-            _train(student, bench_config(objective, 1, device=device), batches, Schedule.SYNC)
+            _train(
+                student,
+                bench_config(objective, 1, device=device, max_open_groups=cap),
+                batches,
+                Schedule.SYNC,
+            )
             if dtype != "float32"
             else None
         )
@@ -229,7 +253,7 @@ def run_equivalence(
             import torch.multiprocessing as mp
 
             payload, out = root / "payload.pkl", root / "runs.pkl"
-            cfg2 = bench_config(objective, 2, dtype, device)
+            cfg2 = bench_config(objective, 2, dtype, device, cap)
             payload.write_bytes(pickle.dumps((student, cfg2, batches)))
             os.environ.setdefault("OMP_NUM_THREADS", "1")
             mp.spawn(_worker, args=(2, free_port(), payload, out), nprocs=2, join=True)
@@ -269,6 +293,8 @@ def run_equivalence(
         "ranks": ranks,
         "updates": updates,
         "reward_offset": reward_offset,
+        "groups": groups,
+        "max_open_groups": max_open_groups,
         "max_param_gap": max(max(r["delta_group"], r["delta_stream"]) for r in per_update),
         "max_grad_rel_err": max(
             max(r["grad_rel_err_stream"], r["grad_rel_err_group"]) for r in per_update

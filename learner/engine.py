@@ -146,7 +146,10 @@ class GradientEngine:
     # ---- the ready queue -------------------------------------------------------------------
     def _admissible(self, item: WorkItem) -> bool:
         if isinstance(item, GrpoReward):
-            return True  # binding a reward allocates nothing
+            # binding a reward allocates nothing, but it never overtakes its group's earlier
+            # content: a group's sums then see its sources in queue order whether or not the
+            # group waited for admission, so stream == sync bitwise for any max_open_groups
+            return not self.queue.queued_before(item)
         if isinstance(item, OpdTurn | OpdClose) and not self.opd.in_order(item):
             return False
         if isinstance(item, OpdClose) or self._is_open(item.key):

@@ -130,6 +130,11 @@ class ReadyQueue:
     def drop(self, key: str) -> None:
         self._items = [q for q in self._items if q.item.key != key]
 
+    def queued_before(self, item: WorkItem) -> bool:
+        """Whether another item of `item`'s group / trajectory was queued ahead of it."""
+        mine = next(q for q in self._items if q.item is item)
+        return any(q.item.key == item.key and q < mine for q in self._items)
+
     def pop(self, admissible: Callable[[WorkItem], bool]) -> WorkItem | None:
         best: _Queued | None = None
         for q in self._items:
