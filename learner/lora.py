@@ -14,14 +14,30 @@ import torch
 from torch import nn
 
 TARGET_MODULES = ("q_proj", "v_proj")
+ALL_LINEAR = "all-linear"  # peft's name: every nn.Linear but the output head
 
 
-def apply_lora(model: nn.Module, rank: int, alpha: float, seed: int = 0) -> nn.Module:
+def apply_lora(
+    model: nn.Module,
+    rank: int,
+    alpha: float,
+    seed: int = 0,
+    targets: tuple[str, ...] | list[str] = TARGET_MODULES,
+) -> nn.Module:
+    """`targets`: module names (`model.lora_targets`), or ["all-linear"]. A name that matches no
+    module of the model is refused naming the field (peft would adapt the others silently)."""
     from peft import LoraConfig, get_peft_model
 
-    cfg = LoraConfig(
-        r=rank, lora_alpha=int(alpha), target_modules=list(TARGET_MODULES), lora_dropout=0.0
-    )
+    linear = {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, nn.Linear)}
+    missing = [t for t in targets if t != ALL_LINEAR and t not in linear]
+    if missing:
+        raise ValueError(
+            f"model.lora_targets {missing} name no linear layer of this model: use some of "
+            f"{sorted(linear)} or [{ALL_LINEAR}]"
+        )
+    modules: str | list[str] = ALL_LINEAR if list(targets) == [ALL_LINEAR] else list(targets)
+    # alpha as given (peft scales by alpha / r): an int() here truncated a fractional alpha
+    cfg = LoraConfig(r=rank, lora_alpha=alpha, target_modules=modules, lora_dropout=0.0)  # type: ignore[arg-type]
     with torch.random.fork_rng():  # adapters start from the run's seed, not global RNG state
         torch.manual_seed(seed)
         return get_peft_model(model, cfg)  # type: ignore[arg-type]

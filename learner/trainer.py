@@ -45,7 +45,8 @@ class Learner:
         self.device = resolve_device(cfg.learner.device)
         set_determinism(cfg.learner.deterministic, self.device)
         if cfg.model.lora_rank > 0:
-            model = apply_lora(model, cfg.model.lora_rank, cfg.model.lora_alpha, cfg.seed)
+            m = cfg.model
+            model = apply_lora(model, m.lora_rank, m.lora_alpha, cfg.seed, m.lora_targets)
         # the model keeps the dtype it was loaded in (bf16 compute: fp32 master weights live in
         # the optimizer); the learner only places it
         self.model = model.to(self.device)

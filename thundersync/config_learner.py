@@ -65,7 +65,24 @@ class ModelConfig(_Section):
     tiny_layers: int = Field(2, ge=1)
     dtype: str = "float32"
     lora_rank: int = Field(0, ge=0, description="0 trains all weights; >0 trains LoRA adapters")
-    lora_alpha: float = 16.0
+    lora_alpha: float = Field(16.0, gt=0, description="LoRA scale alpha (updates scale alpha/r)")
+    lora_targets: list[str] = Field(
+        default_factory=lambda: ["q_proj", "v_proj"],
+        description="module names LoRA adapts, or ['all-linear']: every linear layer but the "
+        "output head (the paper's r=32, alpha=64 setting)",
+    )
+
+    @field_validator("lora_targets")
+    @classmethod
+    def _lora_targets(cls, v: list[str]) -> list[str]:
+        if not v or any(not t.strip() for t in v):
+            raise ValueError(
+                "list module names (e.g. [q_proj, v_proj]) or [all-linear]; an empty name or "
+                "list adapts nothing"
+            )
+        if "all-linear" in v and len(v) > 1:
+            raise ValueError("all-linear already covers every linear layer: give it alone")
+        return v
 
     @field_validator("dtype")
     @classmethod

@@ -74,11 +74,19 @@ def test_tsrl_train_with_lora_publishes_loadable_weights(tmp_path: Path) -> None
     )
 
 
-@pytest.mark.parametrize(("recipe", "updates"), [("grpo-toy", 3), ("opd-toy", 2)])
+@pytest.mark.parametrize(
+    ("recipe", "updates", "extra"),
+    [
+        ("grpo-toy", 3, {}),
+        ("opd-toy", 2, {}),
+        # the paper's setting: every linear layer, alpha = 2 r
+        ("grpo-toy", 2, {"model.lora_targets": ["all-linear"], "model.lora_alpha": 8.0}),
+    ],
+)
 def test_lora_run_engine_matches_learner_and_equals_sync(
-    tmp_path: Path, recipe: str, updates: int
+    tmp_path: Path, recipe: str, updates: int, extra: dict[str, object]
 ) -> None:
-    cfg = load_run_config(recipe, SMALL | {"updates": updates})
+    cfg = load_run_config(recipe, SMALL | {"updates": updates} | extra)
     assert RunDriver(cfg, tmp_path, log_batches=True).run() == 0
     gaps = replay_gap(tmp_path, cfg, tmp_path / "model")  # on the merged adapted weights
     assert len(gaps) == updates and max(gaps) <= 1e-6, gaps

@@ -124,3 +124,42 @@ def test_merge_refuses_what_it_does_not_cover(tiny_model_dir: Path) -> None:
     cfg = LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj"], use_dora=True)
     with pytest.raises(ValueError, match="DoRA"):
         merged_state_dict(get_peft_model(load_model(tiny_model_dir), cfg))
+
+
+def test_all_linear_targets_adapt_every_projection_and_merge_exactly(
+    tiny_model_dir: Path,
+) -> None:
+    """`model.lora_targets: [all-linear]` (the paper's setting): every attention and MLP
+    projection of every layer is adapted, not the output head, and the merge still equals
+    W + (alpha / r) B @ A by hand; a fractional alpha is kept, not truncated."""
+    alpha = 10.5
+    peft = apply_lora(load_model(tiny_model_dir), RANK, alpha, seed=0, targets=["all-linear"])
+    gen = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        for n, p in peft.named_parameters():
+            if "lora_B" in n:
+                p.copy_(0.1 * torch.randn(p.shape, generator=gen))
+    names = adapted_names(peft)
+    layers = load_model(tiny_model_dir).config.num_hidden_layers
+    projections = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    assert len(names) == layers * len(projections)
+    assert {n.split(".")[-2] for n in names} == set(projections) and "lm_head.weight" not in names
+    merged, state = merged_state_dict(peft), peft.state_dict()
+    for name in names:
+        stem = "base_model.model." + name.removesuffix(".weight")
+        w = state[f"{stem}.base_layer.weight"]
+        a, b = state[f"{stem}.lora_A.default.weight"], state[f"{stem}.lora_B.default.weight"]
+        torch.testing.assert_close(merged[name], w + (alpha / RANK) * (b @ a), rtol=0, atol=1e-6)
+
+
+def test_lora_targets_are_checked_by_name(tiny_model_dir: Path) -> None:
+    with pytest.raises(ValueError, match=r"model.lora_targets \['qkv'\] name no linear layer"):
+        apply_lora(load_model(tiny_model_dir), RANK, ALPHA, targets=["q_proj", "qkv"])
+    from thundersync.config import ConfigError
+
+    with pytest.raises(ConfigError, match="model.lora_targets"):
+        load_run_config("grpo-toy", {"model.lora_targets": []})
+    with pytest.raises(ConfigError, match="all-linear already covers"):
+        load_run_config("grpo-toy", {"model.lora_targets": ["all-linear", "q_proj"]})
+    cfg = load_run_config("grpo-toy", {"model.lora_rank": 2, "model.lora_targets": ["all-linear"]})
+    assert cfg.model.lora_targets == ["all-linear"]
