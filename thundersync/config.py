@@ -91,7 +91,8 @@ class RunConfig(_Section):
     mfu_peak_flops: float | None = Field(
         None,
         gt=0,
-        description="peak FLOP/s used for MFU; None: measured here (thundersync/peak.py)",
+        description="peak FLOP/s used for MFU; None: a GPU's datasheet dense bf16 peak, "
+        "measured on CPU (thundersync/peak.py)",
     )
     model: ModelConfig = Field(default_factory=ModelConfig)
     optim: OptimConfig = Field(default_factory=OptimConfig)

@@ -1,4 +1,6 @@
-"""The peak FLOP/s that MFU divides by, measured on this machine (unless `mfu_peak_flops` is set).
+"""The peak FLOP/s that MFU divides by: `mfu_peak_flops` when set; on a GPU the device's dense bf16
+peak from its datasheet (`GPU_BF16_DENSE`, as the paper's MFU); on CPU (or a GPU not in the table)
+measured on this machine and labelled so (`mfu_peak`).
 
 A fixed guess (it was 1e11) makes MFU meaningless across machines. Here: the best of a few rounds
 of square matmuls (the learner's dominant op) in the learner's compute dtype, on the thread count
@@ -73,3 +75,38 @@ def measured_peak_flops(
     tmp.write_text(json.dumps({"flops": flops, "n": n, "dtype": kind, "threads": threads}))
     tmp.replace(path)  # atomic: racing runs both write a valid file
     return flops
+
+
+# NVIDIA datasheets: dense (no sparsity) bf16 tensor-core FLOP/s; the first name found in the
+# device's name wins, so the PCIe / NVL variants come before their SXM parts
+GPU_BF16_DENSE: tuple[tuple[str, float], ...] = (
+    ("B200", 2.25e15),
+    ("H200 NVL", 8.35e14),
+    ("H200", 9.89e14),
+    ("H100 PCIe", 7.56e14),
+    ("H100 NVL", 8.35e14),
+    ("H100", 9.89e14),
+    ("A100", 3.12e14),
+)
+
+
+def table_peak(device_name: str) -> float | None:
+    """The datasheet's dense bf16 peak of a GPU named `device_name`, or None if not listed."""
+    return next((flops for key, flops in GPU_BF16_DENSE if key in device_name), None)
+
+
+def mfu_peak(
+    configured: float | None, device: torch.device, dtype: torch.dtype = torch.float32
+) -> tuple[float, str]:
+    """(peak FLOP/s, where it comes from) for the learner on `device`."""
+    if configured is not None:
+        return configured, "mfu_peak_flops (config)"
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        flops = table_peak(name)
+        if flops is not None:
+            return flops, f"{name}: datasheet dense bf16 peak"
+        measured = measured_peak_flops(device, dtype=torch.bfloat16)
+        return measured, f"{name}: measured bf16 matmul (not in the table: set mfu_peak_flops)"
+    kind = str(dtype).removeprefix("torch.")
+    return measured_peak_flops(device, threads=1, dtype=dtype), f"cpu: measured {kind} matmul"

@@ -1,10 +1,11 @@
-"""MFU's peak is measured on this machine (cached), unless the config sets it."""
+"""MFU's peak: a GPU's datasheet bf16 peak, else measured here (cached), or the config's."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+import torch
 
 from thundersync.config import load_run_config
 from thundersync.driver.emit import UpdateTally
@@ -41,3 +42,23 @@ def test_the_peak_is_per_compute_dtype(tmp_path: Path, monkeypatch: pytest.Monke
     cached = sorted(p.name for p in (tmp_path / "peak-flops").glob("*.json"))
     assert len(cached) == 2 and any("-bfloat16-" in c for c in cached), cached
     assert fp32 > 0 and bf16 > 0
+
+
+def test_gpu_peaks_come_from_the_datasheet_table() -> None:
+    from thundersync.peak import table_peak
+
+    assert table_peak("NVIDIA H200") == 9.89e14
+    assert table_peak("NVIDIA H100 80GB HBM3") == 9.89e14
+    assert table_peak("NVIDIA H100 PCIe") == 7.56e14  # the variant before its SXM part
+    assert table_peak("NVIDIA A100-SXM4-80GB") == 3.12e14
+    assert table_peak("NVIDIA B200") == 2.25e15
+    assert table_peak("NVIDIA GeForce RTX 4090") is None  # measured, and said so
+
+
+def test_mfu_peak_says_where_it_comes_from(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from thundersync.peak import mfu_peak
+
+    monkeypatch.setenv("TSRL_CACHE", str(tmp_path))
+    assert mfu_peak(5e14, torch.device("cpu")) == (5e14, "mfu_peak_flops (config)")
+    flops, source = mfu_peak(None, torch.device("cpu"), torch.float32)
+    assert flops > 0 and source == "cpu: measured float32 matmul"

@@ -219,18 +219,15 @@ class RunDriver:
                 os.sched_setaffinity(0, affinity)
 
     def _peak_flops(self) -> float:
-        """The learner's peak for MFU: set in the config, else measured once per machine (one
-        thread, as the learner runs; cached)."""
-        if self.cfg.mfu_peak_flops is not None:
-            return self.cfg.mfu_peak_flops
+        """The learner's peak for MFU (thundersync/peak.py: config, a GPU's datasheet, or the
+        CPU measured once per machine on one thread, as the learner runs), said in the log."""
         from thundersync.learner.device import DTYPES, resolve_device
-        from thundersync.peak import measured_peak_flops
+        from thundersync.peak import mfu_peak
 
+        device = resolve_device(self.cfg.learner.device)
         dtype = DTYPES[self.cfg.model.dtype]
-        peak = measured_peak_flops(resolve_device(self.cfg.learner.device), threads=1, dtype=dtype)
-        self.files.write_log(
-            f"mfu: peak {peak:.3g} FLOP/s measured on this machine ({self.cfg.model.dtype} matmul)"
-        )
+        peak, source = mfu_peak(self.cfg.mfu_peak_flops, device, dtype)
+        self.files.write_log(f"mfu: peak {peak:.3g} FLOP/s ({source})")
         return peak
 
     def _update(self, k: int, pool: list[TaskRef]) -> None:
