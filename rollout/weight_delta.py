@@ -101,18 +101,20 @@ class DeltaTracker:
         changed = numel = nbytes = 0
         full = sum(v.numel() * v.element_size() for v in state.values())
         for k, v in state.items():
-            if nbytes >= full * self.max_ratio:  # already too big: stop paying for the diff
-                self.last = Delta(version, self.base_version, {}, changed, numel, nbytes, full)
-                return None
             numel += v.numel()
             idx = changed_indices(v, self.base[k].to(v.device))
+            changed += idx.numel()
+            nbytes += idx.numel() * (4 + v.element_size())
+            if nbytes >= full * self.max_ratio:  # too big already: stop paying for the diff
+                self.last = Delta(version, self.base_version, {}, changed, numel, nbytes, full)
+                return None
             if idx.numel():
-                vals = v.detach().reshape(-1)[idx]
-                changes[k] = (idx.to(torch.int32).cpu(), vals.cpu())
-                changed += idx.numel()
-                nbytes += idx.numel() * (4 + v.element_size())
+                # indices and values stay on the weights' device: the segment write copies
+                # each once to the host (a GPU: one device-to-host copy, no staging tensor)
+                # and the base's update after the acks is a scatter on the device
+                changes[k] = (idx.to(torch.int32), v.detach().reshape(-1)[idx])
         self.last = Delta(version, self.base_version, changes, changed, numel, nbytes, full)
-        return self.last if nbytes < full * self.max_ratio else None
+        return self.last
 
     def acked(self, version: int, state: Mapping[str, torch.Tensor], delta: Delta | None) -> None:
         """Every replica acked `version`: it becomes the base. After a delta the base takes its

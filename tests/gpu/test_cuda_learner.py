@@ -76,6 +76,39 @@ def test_cuda_weights_publish_to_shared_memory_bit_for_bit(tmp_path: Path) -> No
     assert all(torch.equal(back[k], v.cpu()) for k, v in sd.items())
 
 
+def test_auto_delta_publish_of_cuda_weights_is_bitwise_and_small() -> None:
+    """`publish.delta: auto` diffs weights on the GPU: a few elements move per step, the delta
+    carries them (indices + values) and a host replica patched from it equals the weights."""
+    import os
+
+    from thundersync.rollout.weight_publisher import ShmPublisher
+    from thundersync.rollout.weight_wire import ShmWeights, iter_delta, read_index
+
+    master = {
+        "w": torch.randn(1 << 20, device="cuda") * 0.02,
+        "b": torch.randn(4096, device="cuda"),
+    }
+    shm = ShmPublisher(f"test-gpu-delta-{os.getpid()}", from_host=False)
+    try:
+        state = {k: v.bfloat16() for k, v in master.items()}
+        shm.write(1, state)
+        shm.acked(1)
+        replica = {k: v.cpu() for k, v in state.items()}
+        for version in (2, 3):
+            for t in master.values():
+                t.add_(torch.sign(torch.randn_like(t)) * 1e-6)
+            state = {k: v.bfloat16() for k, v in master.items()}
+            seg = ShmWeights.parse(shm.write(version, state))
+            index = read_index(seg)
+            assert index["kind"] == "delta" and shm.last["bytes"] < 0.3 * shm.last["full_bytes"]
+            for name, idx, val in iter_delta(seg, index):
+                replica[name].view(-1)[idx] = val
+            shm.acked(version)
+            assert all(torch.equal(replica[k], v.cpu()) for k, v in state.items())
+    finally:
+        shm.close()
+
+
 def test_mfu_peak_on_cuda_is_the_datasheet_bf16_peak() -> None:
     """MFU's peak on a listed GPU: its datasheet dense bf16 peak, which a measured 8192-wide
     bf16 product approaches from below (bf16 at least 5x fp32)."""

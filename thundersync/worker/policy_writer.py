@@ -2,7 +2,7 @@
 
 shm (default): theta_{k+1} goes into one of `publish.keep_last` shared-memory slots
 (rollout/weight_wire.py), rewritten in place in turn, and every replica loads it in place; the disk
-is off the critical path. With replicas that ack (`publish.delta: on`), a version whose changed
+is off the critical path. With replicas that ack (`publish.delta: auto` on an accelerator, or `on`), a version whose changed
 elements take fewer bytes goes out as a delta against the acked one (rollout/weight_delta.py). broadcast: learner rank 0 sends it over gloo (CPU) / NCCL (CUDA) to every
 vLLM worker (rollout/weight_broadcast.py), no copy in between. disk: a safetensors checkpoint per version (the
 old path, kept for comparison). Either way a disk copy is also written every `publish.disk_every`
@@ -49,8 +49,11 @@ class PolicyWriter:
         # version; stale schedules do not ack and load up to one version behind: one more
         self.slots = self.keep if acked else max(self.keep, 3)
         # a delta needs replicas that ack every version (its base is the acked one)
-        delta = acked and cfg.publish.delta is DeltaPublish.ON
-        self.shm = ShmPublisher(run_tag, slots=self.slots, owners=owners, delta=delta)
+        delta = acked and cfg.publish.delta is not DeltaPublish.OFF
+        host = cfg.publish.delta is DeltaPublish.ON  # auto: only weights on an accelerator
+        self.shm = ShmPublisher(
+            run_tag, slots=self.slots, owners=owners, delta=delta, from_host=host
+        )
         self.broadcaster: WeightBroadcaster | None = None  # made at rank 0's first publish
         self.every_version_on_disk = every_version_on_disk  # a recorded run: replay reads them
 
