@@ -43,6 +43,7 @@ from thundersync.config_logging import WandbMode as WandbMode
 from thundersync.config_serving import EngineSettings as EngineSettings
 from thundersync.config_serving import FailurePolicy as FailurePolicy
 from thundersync.config_serving import PlacementConfig as PlacementConfig
+from thundersync.config_serving import PlacementPreset as PlacementPreset
 from thundersync.config_serving import PlacementStrategy as PlacementStrategy
 from thundersync.config_serving import PublishConfig as PublishConfig
 from thundersync.config_serving import RolloutConfig as RolloutConfig
@@ -53,6 +54,7 @@ from thundersync.config_serving import TeacherVLLMSettings as TeacherVLLMSetting
 from thundersync.config_serving import VLLMDtype as VLLMDtype
 from thundersync.config_serving import VLLMSettings as VLLMSettings
 from thundersync.config_serving import WeightTransport as WeightTransport
+from thundersync.config_serving import apply_preset
 
 RECIPES_DIR = Path(__file__).parent / "recipes"  # package data (a link to ../recipes in a checkout)
 
@@ -110,6 +112,11 @@ class RunConfig(_Section):
         if self.model.tiny_hidden is not None:
             return self.model.tiny_hidden
         return 128 if self.rollout.engine is RolloutEngine.VLLM else 64
+
+    @model_validator(mode="before")
+    @classmethod
+    def _preset(cls, raw: Any) -> Any:
+        return apply_preset(raw) if isinstance(raw, dict) else raw
 
     @model_validator(mode="after")
     def _cross(self) -> RunConfig:

@@ -5,6 +5,7 @@ placement on Ray (`RunConfig.rollout`, `.publish`, `.teacher`, `.placement`; re-
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any
 from urllib.parse import urlparse
 
 from pydantic import Field, field_validator, model_validator
@@ -247,6 +248,59 @@ class PlacementStrategy(StrEnum):
         return cls.__members__.get(value.upper()) if isinstance(value, str) else None
 
 
+class PlacementPreset(StrEnum):
+    """The paper's GPU splits of one 8-GPU node (`placement.preset`)."""
+
+    GRPO_4X4 = "grpo-4x4"  # 4 learner ranks + 4 vLLM rollout replicas
+    OPD_4X2X2 = "opd-4x2x2"  # 4 learner ranks + 2 vLLM rollout replicas + 2 teacher GPUs
+
+
+# rollout GPUs become replicas of `rollout.vllm.tensor_parallel_size` GPUs each
+_PRESETS: dict[PlacementPreset, dict[str, int]] = {
+    PlacementPreset.GRPO_4X4: {"learner": 4, "rollout": 4, "teacher": 0},
+    PlacementPreset.OPD_4X2X2: {"learner": 4, "rollout": 2, "teacher": 2},
+}
+
+
+def apply_preset(raw: dict[str, Any]) -> dict[str, Any]:
+    """Fill what `placement.preset` implies into a raw config, under what the config itself sets
+    (a set field wins; a contradiction is then refused by the placement checks, by field)."""
+    placement = raw.get("placement")
+    if not isinstance(placement, dict) or placement.get("preset") in (None, ""):
+        return raw
+    try:
+        gpus = _PRESETS[PlacementPreset(placement["preset"])]
+    except ValueError:
+        known = ", ".join(p.value for p in PlacementPreset)
+        raise ValueError(
+            f"placement.preset {placement['preset']!r} unknown: use one of {known}"
+        ) from None
+    if gpus["teacher"] and raw.get("objective", "grpo") != "opd":
+        raise ValueError(
+            f"placement.preset {placement['preset']} gives a teacher GPUs: it is for "
+            "objective opd; use grpo-4x4 for GRPO"
+        )
+    out = {**raw, "placement": dict(placement)}
+    sections = {k: dict(out.get(k) or {}) for k in ("learner", "rollout", "teacher")}
+    sections["learner"].setdefault("ranks", gpus["learner"])
+    out["placement"].setdefault("learner_gpus", gpus["learner"])
+    rollout = sections["rollout"]
+    rollout.setdefault("engine", "vllm")
+    tp = int(dict(rollout.get("vllm") or {}).get("tensor_parallel_size", 1))
+    if gpus["rollout"] % tp:
+        raise ValueError(
+            f"placement.preset {placement['preset']} gives the rollout {gpus['rollout']} GPUs, "
+            f"not a multiple of rollout.vllm.tensor_parallel_size={tp}: use 1 or 2"
+        )
+    rollout.setdefault("replicas", gpus["rollout"] // tp)
+    out["placement"].setdefault("rollout_gpus", gpus["rollout"])
+    if gpus["teacher"]:
+        sections["teacher"].setdefault("backend", "vllm")
+        out["placement"].setdefault("teacher_gpus", gpus["teacher"])
+    out.update(sections)
+    return out
+
+
 class PlacementConfig(_Section):
     """GPUs per role with `tsrl train --ray` (driver/ray_plan.py); all 0: CPU actors."""
 
@@ -264,6 +318,11 @@ class PlacementConfig(_Section):
     )
     ready_timeout_s: float = Field(
         120.0, gt=0, description="how long to wait for Ray to reserve every GPU bundle"
+    )
+    preset: PlacementPreset | None = Field(
+        None,
+        description="grpo-4x4 | opd-4x2x2: the paper's splits of an 8-GPU node (fills ranks, "
+        "replicas and *_gpus the config leaves unset)",
     )
     actor_env: dict[str, str] = Field(
         default_factory=dict,

@@ -134,3 +134,30 @@ def test_local_vllm_servers_get_their_replicas_gpus(tmp_path: Path) -> None:
     ]
     assert [e["CUDA_VISIBLE_DEVICES"] for e in envs] == ["4", "5", "6", "7"]
     assert local_env(None, 0) == {}  # no plan: the server inherits the driver's env
+
+
+def test_the_paper_presets_fill_the_splits() -> None:
+    grpo = load_run_config("grpo-toy", {"placement.preset": "grpo-4x4"})
+    assert (grpo.learner.ranks, grpo.rollout.engine, grpo.rollout.replicas) == (4, "vllm", 4)
+    assert [s.gpus for s in plan_local(grpo, EIGHT).slots] == [(str(i),) for i in range(8)]
+    opd = load_run_config("opd-toy", {"placement.preset": "opd-4x2x2"})
+    assert (opd.teacher.backend, opd.placement.teacher_gpus, opd.rollout.replicas) == ("vllm", 2, 2)
+    plan = plan_local(opd, EIGHT)
+    assert plan.env(PlacementRole.TEACHER, 0) == {"CUDA_VISIBLE_DEVICES": "6"}
+    tp2 = load_run_config(
+        "grpo-toy", {"placement.preset": "grpo-4x4", "rollout.vllm.tensor_parallel_size": 2}
+    )
+    assert tp2.rollout.replicas == 2 and tp2.placement.rollout_gpus == 4  # 2 replicas x 2 GPUs
+
+
+def test_presets_are_checked_by_name() -> None:
+    from thundersync.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"placement.preset 'gpu-party' unknown: use one of"):
+        load_run_config("grpo-toy", {"placement.preset": "gpu-party"})
+    with pytest.raises(ConfigError, match=r"opd-4x2x2 gives a teacher GPUs: it is for objective"):
+        load_run_config("grpo-toy", {"placement.preset": "opd-4x2x2"})
+    # a field the config sets wins, and a contradiction is refused naming the fields
+    cfg = load_run_config("grpo-toy", {"placement.preset": "grpo-4x4", "learner.ranks": 2})
+    with pytest.raises(PlacementError, match=r"placement.learner_gpus=4 with learner.ranks=2"):
+        plan_local(cfg, EIGHT)

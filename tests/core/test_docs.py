@@ -55,6 +55,11 @@ _EQ = "tests/learner/test_"
 # Expensive commands: command -> (the test that runs it, how).
 _EXPORT = "tests/driver/test_metric_export.py::"
 COVERED: dict[str, tuple[str, str]] = {
+    "tsrl bench equivalence --objective grpo --groups 6 --max-open-groups 2 --updates 4 --json": (
+        "tests/learner/test_deferred_groups.py::"
+        "test_stream_equals_sync_bitwise_when_groups_wait_for_admission",
+        "the same bench at 3 updates (the doc's numbers: 4)",
+    ),
     "tsrl bench skyrl --json": (
         "tests/skyrl/test_parity.py::test_bench_skyrl_reports_parity_in_one_json_line",
         "the same bench at 2 updates (the doc's numbers: 4)",
