@@ -88,3 +88,37 @@ def test_command_check_catches_a_wrong_flag() -> None:
     opts = {o for p in cmd.params for o in (*p.opts, *p.secondary_opts)}
     assert "--no-such-flag" not in opts and "--model" in opts
     assert resolve(["no-such-command"])[1] is None
+
+
+def test_a_gpu_test_that_skips_fails_where_cuda_is_present(tmp_path: Path) -> None:
+    """tests/gpu/conftest.py's hook, run by pytest itself on a test that skips, with CUDA
+    declared present (a CPU machine cannot have it): the run fails and says why."""
+    import shutil
+    import sys
+
+    shutil.copy(ROOT / "tests" / "gpu" / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "test_skips.py").write_text(
+        "import pytest\n\ndef test_x():\n    pytest.skip('no CUDA vLLM here')\n"
+    )
+    patch = "import torch; torch.cuda.is_available = lambda: True\n"
+    (tmp_path / "sitecustomize.py").write_text(patch)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    res = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert res.returncode == 1 and "may not pass by skipping" in res.stdout, res.stdout
+    del env["PYTHONPATH"]  # no CUDA: the skip stands
+    res = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert res.returncode == 0 and "1 skipped" in res.stdout, res.stdout
