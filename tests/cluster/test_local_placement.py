@@ -13,27 +13,12 @@ import os
 from pathlib import Path
 
 import pytest
+from paper_splits import GRPO_PAPER, OPD_PAPER
 
 from thundersync.cluster.local_plan import node_gpu_ids, plan_local
 from thundersync.cluster.ray_plan import PlacementError, PlacementRole
 from thundersync.config import load_run_config
 
-GRPO_PAPER = {  # 4 learner + 4 rollout GPUs
-    "learner.ranks": 4,
-    "placement.learner_gpus": 4,
-    "rollout.engine": "vllm",
-    "rollout.replicas": 4,
-    "placement.rollout_gpus": 4,
-}
-OPD_PAPER = {  # 4 learner + 2 rollout + 2 teacher GPUs
-    "learner.ranks": 4,
-    "placement.learner_gpus": 4,
-    "rollout.engine": "vllm",
-    "rollout.replicas": 2,
-    "placement.rollout_gpus": 2,
-    "teacher.backend": "vllm",
-    "placement.teacher_gpus": 2,
-}
 EIGHT = tuple(str(i) for i in range(8))
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from paper_splits import GRPO_PAPER, OPD_PAPER
 
 from thundersync.cluster.ray_plan import (
     NodeResources,
@@ -31,24 +32,6 @@ from thundersync.config import ConfigError, PlacementStrategy, load_run_config
 
 def node(gpus: float, cpus: float = 16, i: int = 0) -> NodeResources:
     return NodeResources(f"n{i}", f"10.0.0.{i}", gpus, cpus)
-
-
-GRPO_PAPER = {  # 4 learner + 4 rollout GPUs per node
-    "learner.ranks": 4,
-    "placement.learner_gpus": 4,
-    "rollout.engine": "vllm",
-    "rollout.replicas": 4,
-    "placement.rollout_gpus": 4,
-}
-OPD_PAPER = {  # 4 learner + 2 rollout + 2 teacher GPUs per node
-    "learner.ranks": 4,
-    "placement.learner_gpus": 4,
-    "rollout.engine": "vllm",
-    "rollout.replicas": 2,
-    "placement.rollout_gpus": 2,
-    "teacher.backend": "vllm",
-    "placement.teacher_gpus": 2,
-}
 
 
 def test_paper_layouts_get_one_bundle_per_rank_and_replica() -> None:

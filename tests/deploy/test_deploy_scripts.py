@@ -102,23 +102,12 @@ def test_a_gpu_test_that_skips_fails_where_cuda_is_present(tmp_path: Path) -> No
     )
     patch = "import torch; torch.cuda.is_available = lambda: True\n"
     (tmp_path / "sitecustomize.py").write_text(patch)
-    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    res = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=300,
-    )
+
+    def pytest_here(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)]
+        return subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp_path)
+
+    res = pytest_here({**os.environ, "PYTHONPATH": str(tmp_path)})
     assert res.returncode == 1 and "may not pass by skipping" in res.stdout, res.stdout
-    del env["PYTHONPATH"]  # no CUDA: the skip stands
-    res = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=300,
-    )
+    res = pytest_here(dict(os.environ))  # no CUDA: the skip stands
     assert res.returncode == 0 and "1 skipped" in res.stdout, res.stdout

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from vllm_cmd import flag as _flag
 
 from thundersync.config import ConfigError, RunConfig, load_run_config
 from thundersync.driver.vllm_replicas import replica_server_config
@@ -32,11 +33,6 @@ OPD = {
 
 def _cmd(sc: VLLMServerConfig, tmp_path: Path) -> list[str]:
     return VLLMServer(sc, log_dir=tmp_path / "log").command()
-
-
-def _flag(cmd: list[str], flag: str) -> str:
-    assert flag in cmd, f"{flag} missing from {cmd}"
-    return cmd[cmd.index(flag) + 1]
 
 
 def test_a_gpu_replica_runs_bf16_with_cuda_graphs_prefix_caching_chunked_prefill_and_tp(

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from vllm_cmd import flag as _flag
 
 from thundersync.rollout.vllm_server import VLLMServer, VLLMServerConfig
 
@@ -20,11 +21,6 @@ def test_a_relative_model_dir_is_made_absolute_and_a_name_is_left_alone(
     assert cmd[cmd.index("--model") + 1] == str(tmp_path / "runs" / "r" / "model")
     cmd = VLLMServer(VLLMServerConfig(model="org/name"), log_dir=tmp_path / "log").command()
     assert cmd[cmd.index("--model") + 1] == "org/name"  # not a local dir: as given
-
-
-def _flag(cmd: list[str], flag: str) -> str:
-    assert flag in cmd, f"{flag} missing from {cmd}"
-    return cmd[cmd.index(flag) + 1]
 
 
 def test_a_recipe_asking_for_a_131k_context_starts_vllm_with_that_max_model_len(
