@@ -55,6 +55,11 @@ _EQ = "tests/learner/test_"
 # Expensive commands: command -> (the test that runs it, how).
 _EXPORT = "tests/driver/test_metric_export.py::"
 COVERED: dict[str, tuple[str, str]] = {
+    "tsrl bench host-adds --elements 134217728 --threads 1 --threads 2 --threads 4 --threads 8 "
+    "--threads 16 --json": (
+        "tests/learner/test_host_adds.py::test_bench_host_adds_reports_every_thread_count",
+        "the same bench on 3e5 elements and 1-2 threads (the doc's numbers: a 16-core machine)",
+    ),
     "tsrl bench equivalence --objective grpo --groups 6 --max-open-groups 2 --updates 4 --json": (
         "tests/learner/test_deferred_groups.py::"
         "test_stream_equals_sync_bitwise_when_groups_wait_for_admission",

@@ -1,0 +1,38 @@
+"""Host adds split over threads give the single-thread add's bits (learner/host_adds.py), and
+`tsrl bench host-adds` reports its throughput per thread count."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from thundersync.cli import app
+from thundersync.learner.host_adds import ALIGN, parallel_add_, pieces
+
+
+@pytest.mark.parametrize("n", [1, ALIGN - 1, ALIGN + 1, 3 * ALIGN + 7, (1 << 20) + 13])
+@pytest.mark.parametrize("workers", [1, 2, 3, 4])
+def test_split_add_equals_one_add_bit_for_bit(n: int, workers: int) -> None:
+    g = torch.Generator().manual_seed(n)
+    dst, src = torch.randn(n, generator=g), torch.randn(n, generator=g) * 1e-3
+    want = dst.clone().add_(src, alpha=-0.731)
+    with ThreadPoolExecutor(workers) as pool:
+        got = parallel_add_(dst.clone(), src, -0.731, pool)
+    assert torch.equal(got, want)
+    cuts = pieces(n, workers)
+    assert cuts[0][0] == 0 and cuts[-1][1] == n and all(a % ALIGN == 0 for a, _ in cuts)
+    assert all(b == c for (_, b), (c, _) in zip(cuts, cuts[1:], strict=False))
+
+
+def test_bench_host_adds_reports_every_thread_count() -> None:
+    args = ["bench", "host-adds", "--elements", "300000", "--threads", "1", "--threads", "2"]
+    res = CliRunner().invoke(app, [*args, "--rounds", "2", "--json"])
+    assert res.exit_code == 0, res.output
+    last = json.loads(res.output.strip().splitlines()[-1])
+    rows = [json.loads(x) for x in res.output.strip().splitlines()[:-1]]
+    assert [r["threads"] for r in rows] == [1, 2] and last["bitwise_equal"] is True
+    assert all(r["split_gb_s"] > 0 and r["s_per_trajectory_8b"] > 0 for r in rows)
