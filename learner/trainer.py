@@ -9,6 +9,7 @@ stats = learner.step(engine)               # exactly one optimizer step, then pu
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -61,6 +62,8 @@ class Learner:
         acc_dtype = DTYPES[cfg.learner.accum_dtype]
         flat = FlatSpec(self.params, device=self.accum_device)
         self.router = GradRouter(self.params, GradSink(flat, self.accum_device, acc_dtype))
+        threads = cfg.learner.host_threads  # the host adds' threads, for the learner's life
+        self.adders = ThreadPoolExecutor(threads, "tsrl-add") if threads > 1 else None
         self.optimizer: StepOptimizer
         if self.ctx.distributed:
             self.optimizer = FSDP2Optimizer(model, self.params, cfg.optim, self.ctx)
@@ -84,7 +87,7 @@ class Learner:
             checkpoint=lc.activation_checkpointing,
             keep_turn_graphs=self.keep_turn_graphs,
             logprob_chunk=lc.logprob_chunk,
-            pool=BufferPool(self.accum_device, pin=self.device.type == "cuda"),
+            pool=BufferPool(self.accum_device, pin=self.device.type == "cuda", adders=self.adders),
             router=self.router,
         )
 

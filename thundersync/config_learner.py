@@ -123,6 +123,13 @@ class LearnerConfig(_Section):
     max_held_bytes: int | None = Field(
         None, ge=1, description="admission by bytes held (accumulators, held grads, K/V stores)"
     )
+    host_threads: int = Field(
+        1,
+        ge=1,
+        le=256,
+        description="threads for the host accumulators' adds, bit for bit the one-thread sum "
+        "(learner/host_adds.py; matmuls keep one thread)",
+    )
     activation_checkpointing: bool = Field(
         False, description="recompute a continuation's / turn's activations in its backward"
     )

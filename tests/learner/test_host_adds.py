@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 import torch
@@ -36,3 +37,34 @@ def test_bench_host_adds_reports_every_thread_count() -> None:
     rows = [json.loads(x) for x in res.output.strip().splitlines()[:-1]]
     assert [r["threads"] for r in rows] == [1, 2] and last["bitwise_equal"] is True
     assert all(r["split_gb_s"] > 0 and r["s_per_trajectory_8b"] > 0 for r in rows)
+
+
+@pytest.mark.parametrize("objective", ["grpo", "opd"])
+def test_a_learner_with_host_threads_steps_the_same_bits(
+    objective: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`learner.host_threads: 3` splits the accumulators' adds across threads; the replayed
+    updates' parameters and gradients equal the one-thread learner's bit for bit."""
+    import thundersync.learner.accumulators as acc
+    from thundersync.bench.equivalence import _train, bench_config, make_batches, make_models
+    from thundersync.config import Objective, Schedule
+
+    calls = []
+
+    def counted(*args: object, **kwargs: object) -> torch.Tensor:
+        calls.append(1)
+        return parallel_add_(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(acc, "parallel_add_", counted)
+    obj = Objective(objective)
+    student, teacher = make_models(tmp_path)
+    batches = make_batches(obj, 2, teacher, 0.0, seed=3)
+    one = bench_config(obj, 1)
+    three = one.model_copy(deep=True)
+    three.learner.host_threads = 3
+    a = _train(student, one, batches, Schedule.STREAM)
+    assert not calls  # one thread: the plain add
+    b = _train(student, three, batches, Schedule.STREAM)
+    assert calls  # the split path ran
+    assert all(torch.equal(x, y) for x, y in zip(a["params"], b["params"], strict=True))
+    assert all(torch.equal(x, y) for x, y in zip(a["grads"], b["grads"], strict=True))
