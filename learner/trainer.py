@@ -9,6 +9,7 @@ stats = learner.step(engine)               # exactly one optimizer step, then pu
 
 from __future__ import annotations
 
+import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -62,8 +63,7 @@ class Learner:
         acc_dtype = DTYPES[cfg.learner.accum_dtype]
         flat = FlatSpec(self.params, device=self.accum_device)
         self.router = GradRouter(self.params, GradSink(flat, self.accum_device, acc_dtype))
-        threads = cfg.learner.host_threads  # the host adds' threads, for the learner's life
-        self.adders = ThreadPoolExecutor(threads, "tsrl-add") if threads > 1 else None
+        self.adders = _adders(cfg.learner.host_threads)  # for the learner's life
         self.optimizer: StepOptimizer
         if self.ctx.distributed:
             self.optimizer = FSDP2Optimizer(model, self.params, cfg.optim, self.ctx)
@@ -166,3 +166,15 @@ class Learner:
         torch.set_rng_state(state["rng"])
         if state.get("cuda_rng") is not None and self.device.type == "cuda":
             torch.cuda.set_rng_state_all(state["cuda_rng"])
+
+
+def _adders(threads: int) -> ThreadPoolExecutor | None:
+    """The host adds' thread pool (`learner.host_threads`), None for one thread; more threads than
+    this host's cores are refused (each would only wait for a core)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if threads > (cores or 1):
+        raise ValueError(
+            f"learner.host_threads={threads} but this learner has {cores} cores: set it to "
+            f"{cores} or fewer"
+        )
+    return ThreadPoolExecutor(threads, "tsrl-add") if threads > 1 else None

@@ -126,7 +126,6 @@ class LearnerConfig(_Section):
     host_threads: int = Field(
         1,
         ge=1,
-        le=256,
         description="threads for the host accumulators' adds, bit for bit the one-thread sum "
         "(learner/host_adds.py; matmuls keep one thread)",
     )

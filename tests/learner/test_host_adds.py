@@ -43,7 +43,7 @@ def test_bench_host_adds_reports_every_thread_count() -> None:
 def test_a_learner_with_host_threads_steps_the_same_bits(
     objective: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`learner.host_threads: 3` splits the accumulators' adds across threads; the replayed
+    """`learner.host_threads: 2` splits the accumulators' adds across threads; the replayed
     updates' parameters and gradients equal the one-thread learner's bit for bit."""
     import thundersync.learner.accumulators as acc
     from thundersync.bench.equivalence import _train, bench_config, make_batches, make_models
@@ -60,11 +60,24 @@ def test_a_learner_with_host_threads_steps_the_same_bits(
     student, teacher = make_models(tmp_path)
     batches = make_batches(obj, 2, teacher, 0.0, seed=3)
     one = bench_config(obj, 1)
-    three = one.model_copy(deep=True)
-    three.learner.host_threads = 3
+    two = one.model_copy(deep=True)
+    two.learner.host_threads = 2
     a = _train(student, one, batches, Schedule.STREAM)
     assert not calls  # one thread: the plain add
-    b = _train(student, three, batches, Schedule.STREAM)
+    b = _train(student, two, batches, Schedule.STREAM)
     assert calls  # the split path ran
     assert all(torch.equal(x, y) for x, y in zip(a["params"], b["params"], strict=True))
     assert all(torch.equal(x, y) for x, y in zip(a["grads"], b["grads"], strict=True))
+
+
+def test_more_host_threads_than_cores_is_refused_by_field(tiny_model_dir: Path) -> None:
+    import os
+
+    from thundersync.config import load_run_config
+    from thundersync.hf_models import load_model
+    from thundersync.learner.trainer import Learner
+
+    cores = len(os.sched_getaffinity(0))
+    cfg = load_run_config("grpo-toy", {"learner.host_threads": cores + 1})
+    with pytest.raises(ValueError, match=rf"learner.host_threads={cores + 1} but this learner"):
+        Learner(load_model(tiny_model_dir), cfg)
