@@ -27,6 +27,12 @@ def equivalence(
     max_open_groups: int = typer.Option(
         2, min=1, help="learner.max_open_groups: fewer than --groups defers groups' sources"
     ),
+    grpo_sum: str = typer.Option(
+        "arrival", help="learner.grpo_sum: arrival | float64 (order-independent; control judged)"
+    ),
+    reward_shift: float | None = typer.Option(
+        None, help="learner.reward_shift: GRPO's c fixed before any reward (default: per grpo_sum)"
+    ),
     as_json: bool = typer.Option(False, "--json", help="last line: one JSON object"),
 ) -> None:
     """Replay logged batches through sync, group and stream; report parameter gaps per update."""
@@ -43,6 +49,8 @@ def equivalence(
     dt = {"bf16": "bfloat16", "fp32": "float32"}.get(dtype, dtype)
     if dt not in ("float32", "bfloat16"):
         raise typer.BadParameter("use --dtype float32 or --dtype bf16")
+    if grpo_sum not in ("arrival", "float64"):
+        raise typer.BadParameter("use --grpo-sum arrival or --grpo-sum float64")
     res = run_equivalence(
         obj,
         updates=updates,
@@ -55,10 +63,13 @@ def equivalence(
         masked=masked,
         groups=groups,
         max_open_groups=max_open_groups,
+        grpo_sum=grpo_sum,
+        reward_shift=reward_shift,
     )
     title = (
         f"equivalence: {obj.value}, {arch.value}, {ranks} rank(s), reward offset {reward_offset}, "
-        f"{groups} groups, max_open_groups {max_open_groups}" + (", masked rows" if masked else "")
+        f"{groups} groups, max_open_groups {max_open_groups}, grpo_sum {grpo_sum}"
+        + (", masked rows" if masked else "")
     )
     table = Table(title=title)
     cols = [c for c in res["per_update"][0] if c != "update"]

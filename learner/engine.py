@@ -21,7 +21,7 @@ from collections import Counter
 import torch
 from torch import nn
 
-from thundersync.config import Estimator, GroupReduction, Schedule
+from thundersync.config import Estimator, GroupReduction, GrpoSum, Schedule
 from thundersync.learner.accumulators import BufferPool, FlatSpec
 from thundersync.learner.engine_core import EngineCore, SourceError
 from thundersync.learner.engine_grpo import GrpoGroups
@@ -55,6 +55,8 @@ class GradientEngine:
         std_eps: float = 1e-6,
         token_weighting: str = "seq_mean",
         group_reduction: GroupReduction = GroupReduction.SUM,
+        grpo_sum: GrpoSum = GrpoSum.ARRIVAL,
+        reward_shift: float | None = None,
         max_open_groups: int = 4,
         max_held_bytes: int | None = None,
         accum_dtype: torch.dtype = torch.float32,
@@ -81,6 +83,8 @@ class GradientEngine:
             std_eps=std_eps,
             token_weighting=token_weighting,
             per_token=group_reduction is GroupReduction.TOKEN_MEAN,
+            grpo_sum=grpo_sum,
+            reward_shift=reward_shift,
         )
         self.opd = OpdTrajectories(self.core, keep_turn_graphs=keep_turn_graphs)
         self.max_open = max_open_groups
@@ -163,8 +167,8 @@ class GradientEngine:
         if self.max_held_bytes is None or self._open_count() == 0:
             return True
         c = self.core
-        vectors = 2 if isinstance(item, GrpoContent) else 1
-        need = vectors * c.spec.total * torch.empty((), dtype=c.dtype).element_size()
+        vectors, dtype = (2, self.grpo.dtype) if isinstance(item, GrpoContent) else (1, c.dtype)
+        need = vectors * c.spec.total * torch.empty((), dtype=dtype).element_size()
         ok = c.pool.held_bytes + need <= self.max_held_bytes
         if not ok:
             c.counters["admission_bytes_waits"] += 1

@@ -6,6 +6,17 @@
                 through the prompt graph once (one prompt backward per group)
 G1 and G2 are pooled flat buffers updated in place (`learner.accumulators`): two full-size vectors
 per open group, whatever the arrival order.
+
+Arrival order (`learner.grpo_sum`). `arrival` (default): G1/G2 in `accum_dtype` (fp32), summed in
+arrival order, c = the group's first bound reward (unless `learner.reward_shift` fixes it):
+schedules fed one order agree bit for bit, another order changes fp32 roundings. `float64`: G1/G2,
+held H_i and the leaf ledgers in float64 and c fixed before any reward (`learner.reward_shift`,
+default 0), so nothing depends on which reward came first and the order of m float64 adds moves
+g_G by ~1e-16 relative, which the fp32 step gradient almost never sees (the bench's reordered
+control is 0.0; rarely one coordinate rounds 1 ulp the other way: docs/RESULTS.md). Why not
+c = first reward there: it is arrival-dependent; why not c = 0 in fp32: at r ~ 1e6 G1 ~ r H_i
+loses r / spread * 6e-8 (~6%) to the cancellation. Cost: 16 instead of 8 bytes per parameter per
+open group (`grpo_sum_dtype`; a planner reads it), float64 instead of fp32 adds.
 """
 
 from __future__ import annotations
@@ -14,7 +25,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from thundersync.config import Estimator
+from thundersync.config import Estimator, GrpoSum
 from thundersync.learner.accumulators import ParamSum, add_into
 from thundersync.learner.boundary import KV, detach_leaves, run_segment
 from thundersync.learner.engine_core import EngineCore, SourceError, flat_kv, take_grads
@@ -33,7 +44,7 @@ class Group:
     g2: ParamSum  # sum_i H_i
     leaf_g1: list[torch.Tensor]  # the same two sums for the prompt-leaf adjoints (small)
     leaf_g2: list[torch.Tensor]
-    shift: float | None = None
+    shift: float | None  # c: fixed before any reward, or (None) the first one bound
     scored: int = 0  # scored tokens of the members applied so far
     rewards: dict[int, float] = field(default_factory=dict)
     held: dict[int, tuple[ParamSum, list[torch.Tensor | None]]] = field(default_factory=dict)
@@ -45,6 +56,18 @@ class Group:
         for h, _ in self.held.values():
             h.free()
         self.held.clear()
+
+
+def grpo_sum_dtype(grpo_sum: GrpoSum | str, accum_dtype: torch.dtype) -> torch.dtype:
+    """The dtype of a GRPO group's G1 / G2 (two full-size vectors per open group)."""
+    return torch.float64 if GrpoSum(grpo_sum) is GrpoSum.FLOAT64 else accum_dtype
+
+
+def fixed_shift(grpo_sum: GrpoSum | str, reward_shift: float | None) -> float | None:
+    """c fixed before any reward; None: each group's first bound reward (`arrival` only)."""
+    if reward_shift is None and GrpoSum(grpo_sum) is GrpoSum.FLOAT64:
+        return 0.0
+    return reward_shift
 
 
 class GrpoGroups:
@@ -59,8 +82,12 @@ class GrpoGroups:
         std_eps: float,
         token_weighting: str,
         per_token: bool = False,
+        grpo_sum: GrpoSum = GrpoSum.ARRIVAL,
+        reward_shift: float | None = None,
     ) -> None:
         self.core = core
+        self.dtype = grpo_sum_dtype(grpo_sum, core.dtype)  # G1, G2, held H_i, leaf ledgers
+        self.shift = fixed_shift(grpo_sum, reward_shift)
         self.estimator = estimator
         self.std_eps = std_eps
         self.token_weighting = token_weighting
@@ -143,7 +170,7 @@ class GrpoGroups:
         leaves = flat_kv(g.leaves)
         known = item.index in g.rewards
         r = g.rewards[item.index] - float(g.shift or 0.0) if known else 0.0
-        held = None if known else ParamSum(e.spec, e.pool, e.dtype)  # H_i waits for r_i
+        held = None if known else ParamSum(e.spec, e.pool, self.dtype)  # H_i waits for r_i
         targets: list[Target] = [(g.g2, 1.0)]
         # r_i = c (common with 0/1 rewards): H_i adds nothing to G1, so that full-size add is skipped
         if held is not None or r != 0.0:
@@ -181,18 +208,19 @@ class GrpoGroups:
             e.counters["prompt_forwards"] += 1
             e.counters["tokens_forward"] += len(prefix)
         leaves = detach_leaves(prompt_kv)
-        ldt = e.dtype
+        ldt = self.dtype
         g = Group(
             spec,
             prompt_kv,
             leaves,
-            ParamSum(e.spec, e.pool, e.dtype),
-            ParamSum(e.spec, e.pool, e.dtype),
+            ParamSum(e.spec, e.pool, self.dtype),
+            ParamSum(e.spec, e.pool, self.dtype),
             [torch.zeros_like(x, dtype=ldt) for x in flat_kv(leaves)],
             [torch.zeros_like(x, dtype=ldt) for x in flat_kv(leaves)],
+            self.shift,
         )
         self.groups[gid] = g
-        for idx, r in self.pending_rewards.pop(gid, {}).items():  # arrival order fixes c
+        for idx, r in self.pending_rewards.pop(gid, {}).items():  # c, unless fixed: arrival
             self._bind(g, idx, r)
         return g
 

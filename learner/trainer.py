@@ -80,6 +80,8 @@ class Learner:
             std_eps=lc.std_eps,
             token_weighting=lc.token_weighting,
             group_reduction=lc.group_reduction,
+            grpo_sum=lc.grpo_sum,
+            reward_shift=lc.reward_shift,
             max_open_groups=lc.max_open_groups,
             max_held_bytes=lc.max_held_bytes,
             accum_dtype=DTYPES[lc.accum_dtype],

@@ -196,6 +196,10 @@ class UpdateAccumulator:
         """Hold the sum as a plain vector in the accumulator dtype (ranks all-reduce it)."""
         if self._sum is not None:
             return
+        first = self._first
+        if first is not None and first.flat.dtype == self.dtype:  # a float64 part: adopt it
+            self._sum, self._first = first, None
+            return
         self._sum = ParamSum(self.spec, self.pool, self.dtype)
         if self._split is not None:
             dst = self._sum.flat

@@ -30,6 +30,7 @@ from thundersync.config_learner import Arch as Arch
 from thundersync.config_learner import Device as Device
 from thundersync.config_learner import Estimator as Estimator
 from thundersync.config_learner import GroupReduction as GroupReduction
+from thundersync.config_learner import GrpoSum as GrpoSum
 from thundersync.config_learner import LearnerConfig as LearnerConfig
 from thundersync.config_learner import ModelConfig as ModelConfig
 from thundersync.config_learner import OpdTurnGraphs as OpdTurnGraphs

@@ -45,6 +45,16 @@ class GroupReduction(StrEnum):
     TOKEN_MEAN = "token_mean"
 
 
+class GrpoSum(StrEnum):
+    """How a GRPO group's sums G1 / G2 are accumulated (`learner.grpo_sum`)."""
+
+    # `accum_dtype`, in arrival order, shift c = the group's first bound reward unless
+    # `learner.reward_shift` fixes it: another arrival order changes the roundings
+    ARRIVAL = "arrival"
+    # float64 whatever `accum_dtype`, shift fixed before the run: order-free once narrowed
+    FLOAT64 = "float64"
+
+
 class Arch(StrEnum):
     """The family of the tiny model (`model.tiny_arch`, `tsrl model tiny --arch`)."""
 
@@ -109,6 +119,18 @@ class LearnerConfig(_Section):
     token_weighting: str = "seq_mean"
     max_open_groups: int = Field(4, ge=1, description="admission cap per rank on groups with stats")
     accum_dtype: str = "float32"
+    grpo_sum: GrpoSum = Field(
+        GrpoSum.ARRIVAL,
+        description="GRPO group sums G1/G2: arrival (accum_dtype, arrival order: another order "
+        "changes their roundings) | float64 (arrival-order independent, 16 bytes per parameter "
+        "per open group; learner.engine_grpo.grpo_sum_dtype)",
+    )
+    reward_shift: float | None = Field(
+        None,
+        description="GRPO: the shift c of r_i - c, fixed before any reward (set it near the "
+        "rewards when they sit far from 0); None: each group's first bound reward with grpo_sum "
+        "arrival, 0 with grpo_sum float64",
+    )
     ranks: int = Field(1, ge=1)
     device: Device = Field(Device.AUTO, description="where the learner computes")
     accum_device: AccumDevice = Field(AccumDevice.HOST, description="where accumulators live")

@@ -2,11 +2,15 @@
 
 Every estimator here writes A_i = alpha * (r_i - c) + beta with alpha, beta fixed by the group, so
   (1/m) sum_i A_i H_i = (alpha * G1 + beta * G2) / m,   G1 = sum (r_i - c) H_i,  G2 = sum H_i.
-The shift c (the first reward bound in the group) keeps G1 - mu*G2 from cancelling
-catastrophically when rewards sit far from zero (e.g. r ~ 1000): the learner only ever multiplies
-H_i by r_i - c, which is O(spread), never by r_i itself. The group statistics are taken on the
-shifted rewards too: with raw rewards near 1e6 and m not a power of two, mean(r) - c of an
-equal-reward group is an ulp that 1/(sigma + eps) blows up to ~1e-4; on r_i - c it is exactly 0.
+The shift c keeps G1 - mu*G2 from cancelling catastrophically when rewards sit far from zero
+(e.g. r ~ 1000): with c near the rewards the learner multiplies H_i by r_i - c, O(spread), never
+by r_i itself. c is the group's first bound reward (`learner.grpo_sum: arrival`: best fp32
+precision, but it depends on arrival order) or a value fixed before the run
+(`learner.reward_shift`; 0 under `grpo_sum: float64`, whose float64 sums keep
+|r - c| / spread * 1e-16, e.g. 1e-10 at r ~ 1e6, far below fp32's 6e-8). The group statistics are
+taken on r_i - c too. A group whose rewards are all equal has every advantage exactly 0 under
+every estimator (bar a lone `grpo_sample_std` member): its coefficients are exactly 0, whatever
+c (with c far from the rewards, mean(r) - c carries an ulp that 1/(sigma + eps) blows up to ~1e-4).
 """
 
 from __future__ import annotations
@@ -98,7 +102,11 @@ def group_coefficients(
     if not rewards:
         raise ValueError("a group needs at least one reward before it can close")
     alpha, beta = ESTIMATORS[est](rewards, shift, eps)
-    return GroupCoefficients(alpha=alpha, beta=beta, m=len(rewards))
+    m = len(rewards)
+    lone_raw = est is Estimator.GRPO_SAMPLE_STD and m == 1  # keeps its raw reward
+    if not lone_raw and all(r == rewards[0] for r in rewards):
+        return GroupCoefficients(alpha=0.0, beta=0.0, m=m)  # every advantage is exactly 0
+    return GroupCoefficients(alpha=alpha, beta=beta, m=m)
 
 
 def advantages(

@@ -188,6 +188,14 @@ COVERED: dict[str, tuple[str, str]] = {
         _EQ + "arch.py::test_bench_equivalence_takes_an_arch_and_reports_it",
         "the same command, 1 update",
     ),
+    "tsrl bench equivalence --objective grpo --grpo-sum float64 --json": (
+        _EQ + "order_independent_sum.py::test_bench_reports_and_judges_the_reordered_control",
+        "its float64 path at 2 updates in bf16; fp32 reorderings: test_float64_grpo_sum_gives_...",
+    ),
+    "tsrl bench equivalence --objective grpo --dtype bf16 --grpo-sum float64 --json": (
+        _EQ + "order_independent_sum.py::test_bench_reports_and_judges_the_reordered_control",
+        "the same bench at 2 updates (the doc's numbers: 10)",
+    ),
     "tsrl bench equivalence --objective grpo --arch qwen2 --json": (
         _EQ + "arch.py::test_streamed_gradient_equals_sync_gradient_per_family",
         "every family",

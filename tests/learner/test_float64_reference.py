@@ -271,6 +271,41 @@ def test_grpo_stream_equals_float64_textbook_gradient(
     assert err <= REL_TOL, f"relative error {err:.3e}"
 
 
+# `learner.grpo_sum: float64` fixes c = 0 before any reward: a group at r ~ 1e6 then carries
+# |r - c| / spread * 1e-16 (~1e-10 here) instead of the first-reward shift's ~1e-16; elsewhere 1e-12
+F64_SUM_TOL = {"mixed": 1e-9, "mixed_m2": 1e-9}
+
+
+_F64_SUM_CASES = [
+    pytest.param(layout, est, shuffle, id=f"{layout}-{est}-{'reordered' if shuffle else 'logged'}")
+    for layout in GRPO_LAYOUTS
+    for est in ("grpo", "grpo_sample_std", "dr_grpo", "rloo")
+    for shuffle in (0, 1)
+    if not (est == "rloo" and layout in ("size1", "mixed"))  # rloo needs m >= 2 in every group
+]
+
+
+@pytest.mark.parametrize(("layout", "estimator", "shuffle"), _F64_SUM_CASES)
+def test_order_independent_grpo_sum_equals_float64_textbook_gradient(
+    model_dir: Path, true_float64: None, layout: str, estimator: str, shuffle: int
+) -> None:
+    """Under `grpo_sum: float64` (shift fixed at 0, not a reward) an equal-reward group and lone
+    members still give exactly 0 for every estimator, and any arrival order the textbook sum."""
+    cfg = _config("grpo", estimator=estimator, grpo_sum="float64")
+    batch = grpo_batch(GRPO_LAYOUTS[layout], seed=len(layout))
+    batch = batch.shuffled(shuffle) if shuffle else batch
+    got, names = _stream(model_dir, cfg, batch)
+    ref = reference_grad(
+        model_dir, batch, names, objective="grpo", estimator=estimator, eps=cfg.learner.std_eps
+    )
+    lone_raw = estimator == "grpo_sample_std" and layout == "size1"  # r / (1 + eps) each
+    if layout in ZERO_LAYOUTS and not lone_raw:
+        assert not ref.any() and not got.any(), f"norm {float(got.norm())}, should be exactly 0"
+        return
+    err = _rel_err(got, ref)
+    assert err <= F64_SUM_TOL.get(layout, REL_TOL), f"relative error {err:.3e}"
+
+
 OPD_LAYOUTS: dict[str, list[list[tuple[int, int]]]] = {
     "multi_turn": [[(5, 4), (2, 3), (3, 5)], [(4, 2), (1, 4), (2, 2), (3, 3)], [(6, 3), (2, 4)]],
     # a middle turn with no scored token (its K/V still feed later turns) and a scoreless prompt
