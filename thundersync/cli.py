@@ -68,6 +68,7 @@ _PACKAGES = [
     "service",
     "driver",
     "skyrl",
+    "plan",
 ]
 _ROOT = Path(__file__).parent  # the package itself: a checkout links the parts in
 

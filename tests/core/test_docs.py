@@ -41,6 +41,7 @@ RUN: dict[str, int] = {
     "tsrl model tiny runs/models/tiny --arch qwen3": 120,
     "tsrl env check sandbox/fixtures/terminal-easy/easy-echo-word --json": 120,
     "tsrl bench equivalence --objective grpo --ranks 1 --json": 240,
+    "tsrl plan grpo-qwen3-8b --gpus 8 --gpu-memory 141 --host-memory 2048": 60,
 }
 
 _SMOL = "tests/driver/test_smollm2_recipe.py::test_smollm2_policy_trains_on_verifier_rewards_and_equals_sync"
@@ -54,6 +55,7 @@ _GPU = "tests/deploy/test_deploy_scripts.py::test_gpu_smoke_runs_the_cuda_tests_
 _EQ = "tests/learner/test_"
 # Expensive commands: command -> (the test that runs it, how).
 _EXPORT = "tests/driver/test_metric_export.py::"
+_PLAN = "tests/plan/test_plan.py::"
 COVERED: dict[str, tuple[str, str]] = {
     "tsrl bench host-adds --elements 134217728 --threads 1 --threads 2 --threads 4 --threads 8 "
     "--threads 16 --json": (
@@ -285,6 +287,18 @@ COVERED: dict[str, tuple[str, str]] = {
         "the RayJob's entrypoint, recipe and volumes; never applied",
     ),
     "bash deploy/gpu-smoke.sh runs/gpu-smoke": (_GPU, "with a stand-in tsrl: no GPU here"),
+    "tsrl plan grpo-qwen3-8b --gpus 8 --gpu-memory 80 --host-memory 2048 --json": (
+        _PLAN + "test_tsrl_plan_json_last_line_for_both_recipes",
+        "the same command (it exits 1: it does not fit)",
+    ),
+    "tsrl plan opd-qwen3-32b --gpus 8 --gpu-memory 141 --host-memory 2048 --json": (
+        _PLAN + "test_tsrl_plan_json_last_line_for_both_recipes",
+        "the same command (it exits 1: it does not fit)",
+    ),
+    "tsrl bench plan-check --json": (
+        _PLAN + "test_plan_check_runs_small",
+        "the same check without the ~20M model (the doc's numbers include it)",
+    ),
 }
 
 # Paths the docs name that a script writes (git-ignored), not the checkout.

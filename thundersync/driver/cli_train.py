@@ -79,8 +79,14 @@ def train(
             )
 
         driver = RunDriver(cfg, rd, resume=resume, bus_kind=bus, progress=progress, ray_address=ray)
-        with stages.listening(on_stage):
-            code = driver.run()
+        from thundersync.plan.guard import PlanRefused
+
+        try:
+            with stages.listening(on_stage):
+                code = driver.run()
+        except PlanRefused as e:  # the memory plan does not fit: nothing was started
+            typer.echo(f"refused: {e}", err=True)
+            raise typer.Exit(2) from None
         prog.update(stage_row, visible=False)
     status = RunStatus.CANCELLED if code == EXIT_CANCELLED else RunStatus.SUCCEEDED
     typer.echo(json.dumps({"run_dir": str(rd), "status": status.value}))

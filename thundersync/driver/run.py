@@ -34,7 +34,7 @@ from thundersync.bus.events import (
     TrajectoryRegistered,
 )
 from thundersync.bus.factory import BusKind, open_run_bus, run_bus_kind
-from thundersync.cluster.placement import LearnerGroup, RunFailed, place_on_node
+from thundersync.cluster.placement import LearnerGroup, NodePlacement, RunFailed, place_on_node
 from thundersync.config import Objective, RunConfig, Schedule, revalidate
 from thundersync.driver.assemble import RolloutParts, build_models, build_rollout_parts
 from thundersync.driver.async_schedules import AsyncSchedule
@@ -124,6 +124,8 @@ class RunDriver:
             cfg = self.cfg
             self.files.write_log(note)
         node = place_on_node(cfg, on_ray=self.ray_address is not None)
+        if self.ray_address is None:  # on Ray each learner rank checks its own node
+            self._check_memory(student, node)
         for line in node.describe():
             self.files.write_log(line)
             print(line, file=sys.stderr, flush=True)
@@ -217,6 +219,26 @@ class RunDriver:
             self.bus.close()
             if affinity is not None:
                 os.sched_setaffinity(0, affinity)
+
+    def _check_memory(self, student: Path, node: NodePlacement) -> None:
+        """The memory plan against this node before anything starts (`plan.guard`): a run that
+        cannot fit is refused here, naming the knob, instead of dying at its first barrier."""
+        from thundersync.cluster.ray_plan import PlacementRole
+        from thundersync.learner.device import resolve_device
+        from thundersync.plan.guard import check_run_memory
+
+        gpu = None
+        if resolve_device(self.cfg.learner.device).type == "cuda":
+            slot = node.gpus.of(PlacementRole.LEARNER) if node.gpus is not None else None
+            gpu = slot.first if slot is not None else 0
+        plan = check_run_memory(self.cfg, student, gpu)
+        if plan is None:
+            self.files.write_log(f"memory plan: skipped ({student}/config.json has no known shape)")
+            return
+        self.files.write_log(
+            f"memory plan: {plan.per_gpu_bytes / 1e9:.2f} GB per learner GPU, "
+            f"{plan.host_bytes / 1e9:.2f} GB host (fits)"
+        )
 
     def _peak_flops(self) -> float:
         """The learner's peak for MFU (thundersync/peak.py: config, a GPU's datasheet, or the

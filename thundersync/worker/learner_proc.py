@@ -91,6 +91,11 @@ class LearnerLoop:
 
             device = resolve_device(self.cfg.learner.device)
             ctx = init_process_group(spec.rank, spec.world, spec.port, device)
+        if spec.cuda_devices is None:  # placed by Ray (or sharing the node's GPUs): check here
+            from thundersync.plan.guard import check_run_memory
+
+            on_cuda = resolve_device(self.cfg.learner.device).type == "cuda"
+            check_run_memory(self.cfg, spec.model_dir, 0 if on_cuda else None)
         model = load_model(spec.model_dir, dtype=DTYPES[self.cfg.model.dtype])
         owners = (os.getpid(), *([spec.parent_pid] if spec.parent_pid else []))
         self.writer = PolicyWriter(

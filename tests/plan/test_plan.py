@@ -1,0 +1,153 @@
+"""The memory plan: hand-computed formulas, the shipped recipes on 80 / 141 GB GPUs, the refusal
+naming its knob (in the plan and when a run starts), `tsrl plan --json` and the plan-check bench."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from thundersync.config import load_run_config
+from thundersync.plan import activations as act
+from thundersync.plan.advice import refuse
+from thundersync.plan.memory import GB, Machine, plan_memory
+from thundersync.plan.shape import load_shape, shape_from_config
+
+TSRL = str(Path(sys.executable).with_name("tsrl"))
+TINY = {
+    "model_type": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 192,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 1000,
+    "tie_word_embeddings": False,
+}
+CPU = Machine(0, None, 10**12)
+
+
+def _bytes(plan: object, prefix: str) -> int:
+    return sum(c.bytes for c in plan.components if c.name.startswith(prefix))  # type: ignore[attr-defined]
+
+
+def test_tiny_plan_equals_hand_formulas() -> None:
+    s = shape_from_config(TINY, "tiny")
+    d, v, i, layers = 64, 1000, 192, 2
+    q, kv = 64, 32  # 4 x 16, 2 x 16
+    layer = d * q + 2 * d * kv + q * d + 3 * d * i + 2 * d
+    n = 2 * v * d + layers * layer + d
+    assert s.params == n
+    cfg = load_run_config(
+        data={"learner": {"max_open_groups": 3}, "rollout": {"max_total_tokens": 100}}
+    )
+    plan = plan_memory(cfg, s, CPU)
+    assert _bytes(plan, "weights") == 4 * n
+    assert _bytes(plan, "AdamW") == 8 * n
+    assert _bytes(plan, "accumulators") == 2 * 3 * 4 * n
+    assert _bytes(plan, "update sum") == 2 * 4 * n
+    assert _bytes(plan, "LM head dW") == 4 * v * d
+    # fp32, no past: norms 2 x (4d + 4d + 4), 4 q-sized + lse, MLP 4 x 4 x I, own K/V 2 x 4 x kv
+    own = 2 * (8 * d + 4) + 4 * 4 * q + 4 * 4 + 4 * 4 * i
+    fwd = 4 * d + 4 * d + 4 + 4 * d + 2 * 4 * 16 + 28
+    assert act.segment_bytes(s, 4, 100, 0) == 100 * (layers * (own + 2 * 4 * kv) + fwd)
+    # with past: K/V repeated to the 4 query heads over every context token, plus the mask
+    with_past = 40 * (layers * own + fwd) + layers * 2 * 4 * q * 100 + 40 * 100 * 4
+    assert act.segment_bytes(s, 4, 40, 60) == with_past
+    static = sum(c.bytes for c in plan.components if c.phase == "static" and c.where == "host")
+    update = sum(c.bytes for c in plan.components if c.phase == "update" and c.where == "host")
+    assert plan.host_bytes == static + update + plan.shm_bytes
+    assert plan.per_gpu_bytes == 0 and plan.fits
+
+
+def test_qwen3_8b_recipe_fits_141_gb_not_80_gb() -> None:
+    cfg = load_run_config("grpo-qwen3-8b")
+    s = load_shape("qwen3-8b")
+    n = s.params
+    big = plan_memory(cfg, s, Machine(8, 141 * GB, 2048 * GB))
+    # 4 FSDP2 ranks: replica 2N + fp32 shards 4N/4 + AdamW 8N/4 + rank 0's delta base 2N, and
+    # at the barrier the fp64 update sum copied whole to the GPU (8N): 15N
+    assert big.per_gpu_bytes == 2 * n + n + 2 * n + 2 * n + 8 * n
+    assert big.peak_phase("gpu") == "reduce"
+    assert big.fits and refuse(big, cfg) is None
+    small = plan_memory(cfg, s, Machine(8, 80 * GB, 2048 * GB))
+    assert not small.fits
+    why = refuse(small, cfg)
+    assert why is not None and "fp64 update sum copied to the GPU" in why
+
+
+def test_refusal_names_the_knob_that_makes_it_fit() -> None:
+    s = shape_from_config(TINY, "tiny")
+    cfg = load_run_config(data={"rollout": {"max_total_tokens": 2**22}})
+    plan = plan_memory(cfg, s, Machine(0, None, 8 * GB))
+    why = refuse(plan, cfg)
+    assert why is not None and "rollout.max_total_tokens=" in why, why
+    many = load_run_config(data={"learner": {"max_open_groups": 1000}})
+    shape8b = load_shape("qwen3-8b")
+    why = refuse(plan_memory(many, shape8b, Machine(0, None, 4000 * GB)), many)
+    assert why is not None and "learner.max_open_groups=" in why, why
+
+
+def test_a_run_that_cannot_fit_is_refused_before_any_rollout(tmp_path: Path) -> None:
+    from thundersync.driver.run import RunDriver
+    from thundersync.plan.guard import PlanRefused
+
+    cfg = load_run_config("grpo-toy", {"updates": 1, "rollout.max_total_tokens": 2**34})
+    with pytest.raises(PlanRefused, match=r"rollout\.max_total_tokens="):
+        RunDriver(cfg, tmp_path / "run").run()
+    run = tmp_path / "run"
+    assert not (run / "where").exists()  # no learner rank was started
+    text = (run / "metrics.jsonl").read_text() if (run / "metrics.jsonl").exists() else ""
+    assert text == ""  # no update, no rollout
+    assert "memory plan" in (run / "status.json").read_text()
+
+
+def test_run_start_check_obeys_the_host_memory_override(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_model_dir: Path
+) -> None:
+    from thundersync.plan.guard import PlanRefused, check_run_memory
+
+    cfg = load_run_config("grpo-toy")
+    plan = check_run_memory(cfg, tiny_model_dir, None)
+    assert plan is not None and plan.fits
+    monkeypatch.setenv("TSRL_PLAN_HOST_GB", "0.001")
+    with pytest.raises(PlanRefused, match="TSRL_MEMORY_CHECK=0"):
+        check_run_memory(cfg, tiny_model_dir, None)
+    monkeypatch.setenv("TSRL_MEMORY_CHECK", "0")
+    check_run_memory(cfg, tiny_model_dir, None)
+
+
+def _plan_cli(*args: str) -> tuple[int, dict[str, object]]:
+    res = subprocess.run(
+        [TSRL, "plan", *args, "--json"], capture_output=True, text=True, timeout=120
+    )
+    return res.returncode, json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def test_tsrl_plan_json_last_line_for_both_recipes() -> None:
+    code, out = _plan_cli(
+        "grpo-qwen3-8b", "--gpus", "8", "--gpu-memory", "141", "--host-memory", "2048"
+    )
+    assert code == 0 and out["fits"] is True
+    for key in ("per_gpu_bytes", "host_bytes", "shm_bytes", "components"):
+        assert key in out
+    code, out = _plan_cli(
+        "grpo-qwen3-8b", "--gpus", "8", "--gpu-memory", "80", "--host-memory", "2048"
+    )
+    assert code == 1 and out["fits"] is False and out["refusal"]
+    for gb in ("80", "141"):
+        code, out = _plan_cli(
+            "opd-qwen3-32b", "--gpus", "8", "--gpu-memory", gb, "--host-memory", "2048"
+        )
+        assert code == 1 and out["fits"] is False and "qwen3-32b" in str(out["refusal"])
+
+
+def test_plan_check_runs_small() -> None:
+    from thundersync.plan.check import run_plan_check
+
+    res = run_plan_check(big=True, mid=False)
+    assert res["measured_rows"] >= 10 and res["counted_rows"] >= 10
+    assert res["max_rel_err"] <= 0.10, [r for r in res["rows"] if r["rel_err"] > 0.10]

@@ -1,0 +1,86 @@
+"""Bytes autograd keeps per token for one learner segment (`learner.boundary.run_segment`).
+
+Why per-tensor terms and not a rule of thumb: what a stock HF decoder layer saves for backward
+depends on the dtype (RMSNorm saves an fp32 copy of its input even in bf16), the family (Qwen3's
+q/k norms) and on whether the segment runs on past K/V (then HF builds an attention mask, and
+with a mask SDPA gets K/V repeated to every query head: `repeat_kv`, 2 x b x q_dim per context
+token per layer instead of 2 x b x kv_dim, plus the [L, P+L] mask). The terms below were read off
+the saved tensors of real forwards (`torch.autograd.graph.saved_tensors_hooks`) and match them to
+the byte on tiny Llama / Qwen3 models in fp32 and bf16; `tsrl bench plan-check` re-measures them.
+"""
+
+from __future__ import annotations
+
+from thundersync.plan.shape import ModelShape
+
+F32 = 4
+
+
+def layer_own(s: ModelShape, b: int) -> int:
+    """Saved bytes per own token per decoder layer, K/V excluded (see `layer_kv`).
+
+    Two RMSNorms: an fp32 (or wider) copy of the input, the normalised output in the compute
+    dtype, a per-token rsqrt; q after RoPE, SDPA's output, the o_proj input and one more
+    q-sized tensor; SDPA's fp32 logsumexp per head; the MLP's gate, up, SiLU(gate) and the
+    product (4 x intermediate); Qwen3's q/k norms like the RMSNorms above, per head."""
+    wide = max(b, F32)
+    norms = 2 * (wide * s.hidden + b * s.hidden + F32)
+    attn = 4 * b * s.q_dim + F32 * s.heads
+    mlp = 4 * b * s.intermediate
+    qk = (wide + b) * (s.q_dim + s.kv_dim) + F32 * (s.heads + s.kv_heads) if s.qk_norm else 0
+    return norms + attn + mlp + qk
+
+
+def layer_kv(s: ModelShape, b: int, past: bool) -> int:
+    """K/V bytes SDPA saves per context token per layer: its own K/V without past; with past
+    (a mask is passed) K/V repeated to the query heads."""
+    return 2 * b * (s.q_dim if past else s.kv_dim)
+
+
+def forward_own(s: ModelShape, b: int) -> int:
+    """Per token, once per forward: the final norm, the scored hidden rows the chunked LM head
+    saves, RoPE's cos / sin, and the int64 ids / positions / targets with the head's fp32 lse."""
+    return max(b, F32) * s.hidden + b * s.hidden + F32 + b * s.hidden + 2 * b * s.head_dim + 28
+
+
+def segment_bytes(s: ModelShape, b: int, own: int, past: int) -> int:
+    """Saved bytes of one segment of `own` tokens on `past` tokens of K/V (the backward's peak
+    input, whether it was saved at forward or recomputed under activation checkpointing)."""
+    per_own = s.layers * layer_own(s, b) + forward_own(s, b)
+    if past:
+        kv = s.layers * layer_kv(s, b, True) * (own + past)
+        mask = own * (own + past) * b
+        return own * per_own + kv + mask
+    return own * (per_own + s.layers * layer_kv(s, b, False))
+
+
+def worst_segment(s: ModelShape, b: int, tokens: int) -> int:
+    """The largest `segment_bytes` over every split of `tokens` into past + own (own >= 1)."""
+    best = segment_bytes(s, b, tokens, 0)
+    # with past the bytes are linear in own except the mask: the ends and the mask's vertex
+    for own in (1, tokens - 1, tokens // 2):
+        if 1 <= own < tokens:
+            best = max(best, segment_bytes(s, b, own, tokens - own))
+    return best
+
+
+def kept_prompt(s: ModelShape, b: int, checkpointing: bool) -> int:
+    """Per prompt token of an open GRPO group: its graph stays until the group closes.
+    Checkpointed, only the segment's outputs stay (last hidden row block and its own K/V)."""
+    if checkpointing:
+        return b * s.hidden + s.layers * 2 * b * s.kv_dim + 16
+    return s.layers * (layer_own(s, b) + layer_kv(s, b, False)) + forward_own(s, b)
+
+
+def kv_token(s: ModelShape, b: int) -> int:
+    """One token's K/V over every layer in the compute dtype (an OPD store, a prompt's leaves)."""
+    return s.layers * 2 * b * s.kv_dim
+
+
+def formula_note(s: ModelShape, b: int) -> str:
+    return (
+        f"{s.layers} layers x {layer_own(s, b)} B/token (norms, q, SDPA, MLP"
+        + (", q/k norms" if s.qk_norm else "")
+        + f") + K/V {layer_kv(s, b, False)} B/token/layer ({layer_kv(s, b, True)} with past: "
+        f"repeat_kv) + {forward_own(s, b)} B/token per forward"
+    )

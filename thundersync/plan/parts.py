@@ -1,0 +1,278 @@
+"""The plan's components, one method per part of the learner (`plan.memory` says what is planned
+and why). Learner-device parts are per learner GPU, or, for a CPU learner, host parts; host parts
+count every learner rank of the node; shm parts count once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from thundersync.config import LOSSLESS_SCHEDULES, AccumDevice, Objective, OpdTurnGraphs, RunConfig
+from thundersync.config_serving import DeltaPublish, WeightTransport
+from thundersync.plan import activations as act
+from thundersync.plan.shape import ModelShape
+
+_BYTES = {"float32": 4, "float64": 8, "bfloat16": 2}
+
+
+@dataclass(frozen=True)
+class Component:
+    name: str
+    where: str  # gpu (per learner GPU) | host (the learner node) | shm (/dev/shm on that node)
+    phase: str  # static: always held; else a transient of that phase
+    bytes: int
+    formula: str
+
+
+def bytes_of(dtype: str) -> int:
+    return _BYTES[dtype]
+
+
+def accum_on_gpu(cfg: RunConfig, on_gpu: bool) -> bool:
+    return on_gpu and cfg.learner.accum_device is AccumDevice.DEVICE
+
+
+def shm_slots(cfg: RunConfig) -> tuple[int, bool]:
+    """(full slots in /dev/shm, whether a delta segment is written too)."""
+    p = cfg.publish
+    if p.transport not in (WeightTransport.AUTO, WeightTransport.SHM):
+        return 0, False
+    return p.keep_last, p.delta is not DeltaPublish.OFF
+
+
+def keep_turn_graphs(cfg: RunConfig, on_gpu: bool) -> bool:
+    mode = cfg.learner.opd_turn_graphs
+    return (not on_gpu) if mode is OpdTurnGraphs.AUTO else mode is OpdTurnGraphs.KEEP
+
+
+def learner_parts(cfg: RunConfig, s: ModelShape, *, on_gpu: bool) -> list[Component]:
+    p = _Parts(cfg, s, on_gpu)
+    p.weights()
+    p.accumulators()
+    p.activations()
+    p.barrier()
+    p.publish()
+    return p.out
+
+
+class _Parts:
+    def __init__(self, cfg: RunConfig, s: ModelShape, on_gpu: bool) -> None:
+        lc, m = cfg.learner, cfg.model
+        self.cfg, self.s, self.on_gpu = cfg, s, on_gpu
+        self.b = bytes_of(m.dtype)
+        self.m = 4 if self.b == 2 else self.b  # fp32 master for 16-bit compute (parallel.py)
+        self.a = bytes_of(lc.accum_dtype)
+        # GRPO G1 / G2 (and leaf ledgers): float64 with `learner.grpo_sum: float64`, else `a`
+        grpo = cfg.objective is Objective.GRPO
+        self.g = 8 if grpo and str(getattr(lc, "grpo_sum", "arrival")) == "float64" else self.a
+        # the update's parts: fp32 parts share a split fp64 sum (two vectors, update_sum.py);
+        # fp64 parts: the first is adopted as the plain fp64 sum (one vector)
+        self.split = self.g == 4
+        lora = s.lora_params(m.lora_rank, m.lora_targets) if m.lora_rank else 0
+        self.n_all = s.params + lora  # every parameter the model holds
+        self.n_t = lora or s.params  # trainable: what the sums and AdamW cover
+        self.w, self.k, self.t = lc.ranks, lc.max_open_groups, cfg.rollout.max_total_tokens
+        self.dev = "gpu" if on_gpu else "host"
+        self.acc = self.dev if accum_on_gpu(cfg, on_gpu) or not on_gpu else "host"
+        self.out: list[Component] = []
+
+    def add(
+        self, name: str, where: str, phase: str, nbytes: float, formula: str, once: bool = False
+    ) -> None:
+        mult = self.w if where == "host" and not once else 1
+        suffix = f" x {self.w} ranks" if mult > 1 else ""
+        self.out.append(Component(name, where, phase, int(nbytes) * mult, formula + suffix))
+
+    def weights(self) -> None:
+        b, m, w, n_t = self.b, self.m, self.w, self.n_t
+        self.add(
+            "weights (full replica on every rank)", self.dev, "static", self.n_all * b, f"N x {b} B"
+        )
+        if w > 1:
+            self.add(
+                "FSDP2 master shards (fp32 deep copy)",
+                self.dev,
+                "static",
+                self.n_all * m / w,
+                f"N x {m} B / {w}",
+            )
+            self.add(
+                "AdamW moments (sharded)",
+                self.dev,
+                "static",
+                2 * n_t * m / w,
+                f"2 x N_t x {m} B / {w}",
+            )
+            self.add(
+                "FSDP2 init: whole fp32 copy before sharding",
+                self.dev,
+                "startup",
+                self.n_all * m * (1 - 1 / w),
+                f"N x {m} B x (1 - 1/{w})",
+            )
+        else:
+            if m != b:
+                self.add("master weights (fp32 copy)", self.dev, "static", n_t * m, f"N_t x {m} B")
+            self.add("AdamW moments", self.dev, "static", 2 * n_t * m, f"2 x N_t x {m} B")
+        if not self.on_gpu and not self.cfg.model.lora_rank and not self.s.tied:
+            wide = max(b, 4)
+            self.add(
+                "LM head dW scratch (host routing)",
+                self.dev,
+                "static",
+                self.s.head_params * wide,
+                f"V x d x {wide} B (learner/routed_ops.py)",
+            )
+
+    def accumulators(self) -> None:
+        k, n_t = self.k, self.n_t
+        grpo = self.cfg.objective is Objective.GRPO
+        per_open, g = (2, self.g) if grpo else (1, self.a)
+        what = "G1 + G2 per open group" if grpo else "own sum per open trajectory"
+        self.add(
+            f"accumulators ({what})",
+            self.acc,
+            "update",
+            per_open * k * n_t * g,
+            f"{per_open} x max_open_groups {k} x N_t x {g} B",
+        )
+        if self.split:
+            self.add("update sum (two closed parts)", self.acc, "update", 8 * n_t, "2 x N_t x 4 B")
+        else:
+            self.add("update sum (fp64, one vector)", self.acc, "update", 8 * n_t, "N_t x 8 B")
+
+    def activations(self) -> None:
+        s, b, t, k, lc = self.s, self.b, self.t, self.k, self.cfg.learner
+        seg = act.worst_segment(s, b, t)
+        self.add(
+            "activations: one segment of T tokens",
+            self.dev,
+            "update",
+            seg,
+            f"T={t}: " + act.formula_note(s, b),
+        )
+        chunk = min(lc.logprob_chunk, t)
+        wide = max(b, 4)
+        head = 2 * chunk * s.vocab * wide + (s.vocab * s.hidden * (wide + b) if self.on_gpu else 0)
+        tail = " + V x d x (4 + b) B (dW fp32 + its cast)" if self.on_gpu else ""
+        self.add(
+            "LM head: logits chunks + dW",
+            self.dev,
+            "update",
+            head,
+            f"2 x {chunk} x V x {wide} B{tail}",
+        )
+        kv_all = s.layers * 2 * s.kv_dim
+        if self.cfg.objective is Objective.GRPO:
+            kept = act.kept_prompt(s, b, lc.activation_checkpointing)
+            self.add(
+                "GRPO prompt graphs of the other open groups",
+                self.dev,
+                "update",
+                (k - 1) * t * kept,
+                f"(max_open_groups - 1) x T x {kept} B/token",
+            )
+            self.add(
+                "GRPO prompt-leaf adjoint sums (leaf_g1, leaf_g2)",
+                self.dev,
+                "update",
+                2 * k * t * kv_all * self.g,
+                f"2 x max_open_groups x T x {kv_all} x {self.g} B",
+            )
+            return
+        self.add(
+            "OPD K/V stores + fp32 ledgers (capacity <= 2T)",
+            self.dev,
+            "update",
+            2 * k * t * kv_all * (b + wide),
+            f"2T x max_open_groups x {kv_all} x ({b} + {wide}) B",
+        )
+        if keep_turn_graphs(self.cfg, self.on_gpu):
+            kept = act.kept_prompt(s, b, lc.activation_checkpointing)
+            turns = self.cfg.rollout.max_turns
+            rep = s.layers * act.layer_kv(s, b, True)
+            self.add(
+                "OPD kept turn graphs (opd_turn_graphs: keep)",
+                self.dev,
+                "update",
+                (k - 1) * (t * kept + turns * t * rep),
+                f"(max_open_groups - 1) x (T x {kept} + max_turns x T x {rep}) B",
+            )
+
+    def barrier(self) -> None:
+        m, w, n_t, dev = self.m, self.w, self.n_t, self.dev
+        if w > 1:
+            held = "update sum widened to fp64" if self.split else "update sum (fp64, one vector)"
+            self.add(held, self.acc, "reduce", 8 * n_t, "N_t x 8 B")
+            if self.split:
+                self.add(
+                    "split fp32 parts (pool, until the step)",
+                    self.acc,
+                    "reduce",
+                    8 * n_t,
+                    "2 x N_t x 4 B",
+                )
+            self.add("clipped gradient (grad x clip)", self.acc, "reduce", 4 * n_t, "N_t x 4 B")
+            if self.on_gpu and self.acc == "host":
+                self.add(
+                    "fp64 update sum copied to the GPU (NCCL)", dev, "reduce", 8 * n_t, "N_t x 8 B"
+                )
+            self.add("FSDP2 gradient shards", dev, "step", n_t * m / w, f"N_t x {m} B / {w}")
+            big = self.s.largest_param * m * 2
+            self.add(
+                "one whole tensor (grad copy, full_tensor)",
+                dev,
+                "step",
+                big,
+                f"2 x largest x {m} B",
+            )
+        elif self.on_gpu:
+            self.add("step gradient copied to the device", dev, "step", n_t * m, f"N_t x {m} B")
+        if self.on_gpu and self.acc == "host":
+            self.add("pinned gradient staging", "host", "static", n_t * self.a, f"N_t x {self.a} B")
+        if self.cfg.checkpoint_every:
+            if w > 1:
+                nb = n_t * self.b + n_t * m / w
+                self.add(
+                    "checkpoint: replica clone + shard clones",
+                    dev,
+                    "checkpoint",
+                    nb,
+                    "N_t x b + N_t x m / W",
+                )
+            else:
+                self.add("checkpoint: master clone", dev, "checkpoint", n_t * m, f"N_t x {m} B")
+
+    def publish(self) -> None:
+        cfg, s, b = self.cfg, self.s, self.b
+        slots, delta = shm_slots(cfg)
+        lossless = cfg.schedule in LOSSLESS_SCHEDULES
+        if slots and not lossless:
+            slots = max(slots, 3)  # stale schedules load one version behind without acking
+        full = s.params * b
+        if slots:
+            self.add(
+                f"/dev/shm publish slots ({slots})",
+                "shm",
+                "static",
+                slots * full,
+                f"{slots} x N x {b} B",
+            )
+        on = cfg.publish.delta is DeltaPublish.ON or (delta and self.on_gpu)
+        if slots and on and lossless:
+            self.add("/dev/shm delta segment", "shm", "static", full // 2, "<= N x b / 2")
+            self.add(
+                "delta base: acked weights (rank 0)",
+                self.dev,
+                "static",
+                full,
+                f"N x {b} B",
+                once=True,
+            )
+            self.add(
+                "delta diff: indices + values",
+                self.dev,
+                "publish",
+                full // 2,
+                "<= N x b / 2",
+                once=True,
+            )
