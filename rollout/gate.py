@@ -37,10 +37,12 @@ class VersionGate:
     def request(self, version: int | None, timeout_s: float = 600.0) -> Iterator[int]:
         """Hold the gate for one request of `version` (None: whatever is served now)."""
         with self._cv:
-            want = self._version if version is None else version
+            floor = self._version if version is None else version
             ok = self._cv.wait_for(
-                lambda: not self._loading and self._version >= want, timeout=timeout_s
+                lambda: not self._loading and self._version >= floor, timeout=timeout_s
             )
+            # None: the version served once no load is under way (one may finish while it waits)
+            want = self._version if version is None else version
             if not ok:
                 raise VersionTimeoutError(
                     f"engine still serves version {self._version}, request wants {want}: "

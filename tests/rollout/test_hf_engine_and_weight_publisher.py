@@ -68,6 +68,20 @@ def test_request_waiting_for_next_version_proceeds_once_it_is_acked() -> None:
     assert got == [1]
 
 
+def test_request_for_the_served_version_made_during_a_load_gets_the_new_one() -> None:
+    """A version-free request (SkyRL's fully-async loop) that arrives while a load is under way
+    runs at the version the load installs; it was refused as stale before."""
+    gate = VersionGate(0)
+    got: list[int] = []
+    with gate.loading(1):
+        t = threading.Thread(target=lambda: got.append(gate.request(None).__enter__()))
+        t.start()
+        t.join(0.2)
+        assert got == []  # waits for the load
+    t.join(30)
+    assert got == [1]
+
+
 def test_publish_saves_checkpoint_and_every_engine_acks_new_weights(
     tiny_model_dir: Path, tmp_path: Path
 ) -> None:
