@@ -38,3 +38,38 @@ def bench_skyrl(
                 + f"; param gap after {updates} updates {r['parity_param_gap']:.2e}"
             )
     typer.echo(json.dumps(res))
+
+
+@bench_app.command("skyrl-loop")
+def bench_skyrl_loop(
+    rounds: int = typer.Option(3, min=1, help="paired rounds of the timed loops"),
+    steps: int = typer.Option(3, min=2, help="updates per run (the first is warm-up)"),
+    width: int = typer.Option(512, min=8, help="the tiny model's hidden size"),
+    as_json: bool = typer.Option(False, "--json", help="last line: one JSON object"),
+) -> None:
+    """SkyRL's own trainer loop with ThunderSync's streaming learner against SkyRL's sync loop:
+    per-update gradient parity at the same weights, speedup over SkyRL sync and its bound, and
+    SkyRL's fully-async trainer at staleness 1 on the same workload."""
+    from thundersync.skyrl.loop_bench import LoopWorkload, parity, speed
+
+    w = LoopWorkload(
+        prompts=4,
+        group_size=4,
+        max_tokens=6,
+        steps=steps,
+        width=width,
+        concurrency=2,
+        tool_turns=3,
+        tool_seconds=0.3,
+    )
+    res: dict[str, object] = {"skyrl_version": version("skyrl"), "workload": w.__dict__}
+    res["parity"] = parity(LoopWorkload(prompts=2, group_size=3, max_tokens=6, steps=steps))
+    res |= speed(w, rounds)
+    if not as_json:
+        p, s = res["parity"], res
+        typer.echo(
+            f"parity: grad rel err {p['parity_grad_rel_err']:.2e} (per update, same weights); "  # type: ignore[index]
+            f"speedup vs SkyRL sync {s['speedup_vs_skyrl_sync']:.2f}x of bound {s['bound']:.2f} "
+            f"(efficiency {s['efficiency']:.2f})"
+        )
+    typer.echo(json.dumps(res))
