@@ -66,7 +66,8 @@ def test_streamed_gradient_equals_skyrl_batch_gradient_in_float64(
 
 def test_bench_skyrl_reports_parity_in_one_json_line(tmp_path: Path) -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "thundersync.cli", "bench", "skyrl", "--updates", "2", "--json"],
+        [sys.executable, "-m", "thundersync.cli", "bench", "skyrl", "--updates", "2"]
+        + ["--loop-rounds", "1", "--loop-steps", "2", "--loop-width", "64", "--json"],
         capture_output=True,
         text=True,
         timeout=600,
@@ -81,3 +82,10 @@ def test_bench_skyrl_reports_parity_in_one_json_line(tmp_path: Path) -> None:
         assert r["parity_param_gap"] < 1e-3, r
     assert res["grpo"]["learner_estimator"] == "grpo_sample_std"
     assert res["grpo_token_mean"]["skyrl_algorithm"]["loss_reduction"] == "token_mean"
+    # SkyRL's own loop: the streaming learner's update equals SkyRL's, and the timed rounds ran
+    loop = res["loop"]
+    assert loop["parity"]["parity_grad_rel_err"] <= 1e-6, loop["parity"]
+    assert res["efficiency"] == pytest.approx(loop["speedup_vs_skyrl_sync"] / loop["bound"])
+    assert loop["bound"] >= 1.0 and loop["skyrl_sync"]["R"] > 0 and loop["skyrl_sync"]["L"] > 0
+    assert loop["skyrl_fully_async"]["max_staleness_steps"] == 1
+    assert loop["skyrl_fully_async"]["staleness_mean"] > 0  # it did train on stale rollouts
