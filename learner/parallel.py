@@ -65,7 +65,9 @@ def init_process_group(
     return ParallelContext(rank=rank, world=world, device_type=device_type)
 
 
-def _adamw(params: Sequence[torch.Tensor], cfg: OptimConfig) -> torch.optim.AdamW:
+def adamw(params: Sequence[torch.Tensor], cfg: OptimConfig) -> torch.optim.AdamW:
+    """The optimiser every update path steps with (the learner's, and SkyRL's as its FSDP
+    strategy builds it from `optimizer_config`, for the comparisons)."""
     return torch.optim.AdamW(
         params,
         lr=cfg.lr,
@@ -102,7 +104,7 @@ class LocalOptimizer:
             else nn.Parameter(p.detach().to(master_dtype_for(p.dtype)).clone())
             for p in self.params
         ]
-        self.opt = _adamw(self.master, cfg)
+        self.opt = adamw(self.master, cfg)
         self.step_dtype = self.master[0].dtype
 
     def step(self, grads: Sequence[torch.Tensor]) -> None:
@@ -156,7 +158,7 @@ class FSDP2Optimizer:
         names = [n for n, p in model.named_parameters() if id(p) in trainable]
         shadow_params = dict(self.shadow.named_parameters())
         self.sharded: list[Any] = [shadow_params[n] for n in names]  # DTensor parameters
-        self.opt = _adamw(self.sharded, cfg)
+        self.opt = adamw(self.sharded, cfg)
 
     def step(self, grads: Sequence[torch.Tensor]) -> None:
         from torch.distributed.tensor import distribute_tensor

@@ -30,6 +30,7 @@ from torch import nn
 import thundersync.skyrl  # noqa: F401  (prepares the interpreter before skyrl is imported)
 from thundersync.config import RunConfig, Schedule
 from thundersync.learner.engine import GradientEngine
+from thundersync.learner.parallel import adamw
 from thundersync.learner.sources import GrpoContent, GrpoGroupSpec, GrpoReward
 from thundersync.learner.trainer import Learner
 
@@ -54,15 +55,7 @@ class SkyRLBatchWorker:
         self.grads: list[torch.Tensor] | None = [] if record else None  # per step, pre-clip
         self.model.eval()  # no dropout: both trainers compare the same function
         self.params = [p for p in model.parameters() if p.requires_grad]
-        o = cfg.optim
-        self.opt = torch.optim.AdamW(
-            self.params,
-            lr=o.lr,
-            betas=(o.beta1, o.beta2),
-            eps=o.eps,
-            weight_decay=o.weight_decay,
-            foreach=False,
-        )
+        self.opt = adamw(self.params, cfg.optim)
         self.loss_fn = PolicyLossRegistry.get(algo.policy_loss_type)
 
     def forward(self, data: Any) -> WorkerOutput:

@@ -24,6 +24,7 @@ from torch import nn
 import thundersync.skyrl  # noqa: F401  (prepares the interpreter before skyrl is imported)
 from thundersync.config import Objective, RunConfig, Schedule, load_run_config
 from thundersync.learner.batch_replay import LoggedBatch, replay_update
+from thundersync.learner.parallel import adamw
 from thundersync.learner.sources import GrpoContent, GrpoReward, OpdTurn
 from thundersync.skyrl.registry import SkyRLName, register
 from thundersync.skyrl.switch import learner_settings
@@ -255,15 +256,7 @@ class SkyRLSyncTrainer:
         self.model, self.algo = model, algo
         self.max_norm = cfg.optim.max_grad_norm
         self.params = [p for p in model.parameters() if p.requires_grad]
-        o = cfg.optim
-        self.opt = torch.optim.AdamW(
-            self.params,
-            lr=o.lr,
-            betas=(o.beta1, o.beta2),
-            eps=o.eps,
-            weight_decay=o.weight_decay,
-            foreach=False,
-        )
+        self.opt = adamw(self.params, cfg.optim)
 
     def step(self, batch: LoggedBatch) -> None:
         skyrl_batch_loss(self.model, batch, self.algo).backward()
