@@ -119,7 +119,7 @@ def _one(mode: str, model_dir: str, seed: int, shape: dict[str, int]) -> dict[st
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     if mode.startswith("textbook"):
         busy, tokens = _textbook(model, batch, padded=mode == "textbook_padded")
-        bookkeeping = 0.0
+        bookkeeping = adds = backward = 0.0
     else:
         cfg = load_run_config(data={"objective": "grpo", "learner": {"max_open_groups": 1}})
         learner = Learner(model, cfg)
@@ -138,10 +138,14 @@ def _one(mode: str, model_dir: str, seed: int, shape: dict[str, int]) -> dict[st
         learner.step(engine)
         busy += time.perf_counter() - t
         bookkeeping = engine.timers["bookkeeping"]
+        adds, backward = engine.timers["host_adds"], engine.timers["backward"]
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return {
         "busy_s": busy,
         "bookkeeping_s": bookkeeping,
+        "host_add_s": adds,  # the adds of the sources' gradients into the host sums
+        "backward_s": backward,  # the routed backwards, those adds included
+        "sources": sum(g.size for g in batch.groups),
         "tokens": tokens,
         "peak_rss_mb": rss / 1024,
         "above_baseline_mb": (rss - rss0) / 1024,
@@ -198,6 +202,8 @@ def run_learner_cost(
         "rounds": repeats,
         "compute_ratio": statistics.median(compute),
         "bookkeeping_share": med("stream", "bookkeeping_s") / med("stream", "busy_s"),
+        "host_add_s_per_source": med("stream", "host_add_s") / med("stream", "sources"),
+        "host_add_share_of_backward": med("stream", "host_add_s") / med("stream", "backward_s"),
         "throughput_vs_textbook": statistics.median(vs_textbook),
         "throughput_vs_textbook_rounds": [round(x, 3) for x in vs_textbook],
         "compute_ratio_rounds": [round(x, 3) for x in compute],

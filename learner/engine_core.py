@@ -71,8 +71,9 @@ class EngineCore:
         self.acc = UpdateAccumulator(self.spec, self.pool, torch.float64)
         self.counters: Counter[str] = Counter()
         self.mismatch = LogprobMismatch()
-        # seconds: "backward" includes the routed adds, "bookkeeping" the rest of the vector work
-        self.timers: dict[str, float] = {"bookkeeping": 0.0, "backward": 0.0}
+        # seconds: "backward" includes the routed adds ("host_adds" of them, when the sums live
+        # on the host), "bookkeeping" the rest of the vector work
+        self.timers: dict[str, float] = {"bookkeeping": 0.0, "backward": 0.0, "host_adds": 0.0}
 
     @contextmanager
     def bookkeeping(self) -> Iterator[None]:
@@ -112,7 +113,7 @@ class EngineCore:
         retain_graph: bool = False,
     ) -> None:
         """One backward whose parameter gradients go straight into `targets` (in place)."""
-        t0 = time.perf_counter()
+        t0, a0 = time.perf_counter(), self.router.add_s
         self.router.backward(
             targets,
             outputs,
@@ -121,3 +122,4 @@ class EngineCore:
             retain_graph=retain_graph,
         )
         self.timers["backward"] += time.perf_counter() - t0
+        self.timers["host_adds"] += self.router.add_s - a0

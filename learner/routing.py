@@ -12,6 +12,7 @@ buffer before the host adds (`GradSink`).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import torch
@@ -92,6 +93,7 @@ class GradRouter:
         self._handles = [p.register_post_accumulate_grad_hook(self._hook) for p in params]
         self._scratch: dict[int, torch.Tensor] = {}  # per parameter, kept across backwards
         self._pending: dict[int, torch.Tensor | list[tuple[torch.Tensor, torch.Tensor]]] = {}
+        self.add_s = 0.0  # seconds in the adds into the sums (host work when they live there)
 
     # ---- direct routes (learner.routed_ops): during a routed backward only -----------------
     # A claimed parameter's contributions to one backward (the head's dW, embedding rows, a
@@ -141,19 +143,26 @@ class GradRouter:
         for index, rows in parts:
             buf.index_add_(0, index, rows.to(buf.dtype))
 
+    def _add(self, targets: list[Target], i: int, g: torch.Tensor) -> None:
+        t0 = time.perf_counter()
+        for target, w in targets:
+            target.add_one(i, g, w)
+        self.add_s += time.perf_counter() - t0
+
     def _flush(self, targets: list[Target]) -> None:
         for i, got in self._pending.items():
             if isinstance(got, torch.Tensor):
-                for target, w in targets:
-                    target.add_one(i, got, w)
+                self._add(targets, i, got)
                 continue
             index = torch.cat([ix for ix, _ in got])
             rows = torch.cat([r for _, r in got])
             uniq, inverse = torch.unique(index, return_inverse=True)
             compact = torch.zeros(len(uniq), rows.shape[1], dtype=rows.dtype, device=rows.device)
             compact.index_add_(0, inverse, rows)  # H_i's touched rows, one value per element
+            t0 = time.perf_counter()
             for target, w in targets:
                 target.add_rows(i, uniq, compact, w)
+            self.add_s += time.perf_counter() - t0
         self._pending.clear()
 
     def _hook(self, p: torch.Tensor) -> None:
@@ -172,8 +181,7 @@ class GradRouter:
             else:
                 buf.add_(g)
             return
-        for target, w in self._targets:
-            target.add_one(i, g, w)
+        self._add(self._targets, i, g)
 
     def backward(
         self,
@@ -197,8 +205,7 @@ class GradRouter:
             if self._staged:
                 self.sink.wait()
                 for i, g in self._staged:
-                    for target, w in targets:
-                        target.add_one(i, g, w)
+                    self._add(targets, i, g)
         finally:
             _ACTIVE.pop()
             self._targets = None

@@ -447,6 +447,9 @@ def _small_bench(args: list[str]) -> dict[str, Any]:
 def test_bench_learner_cost_runs_small() -> None:
     out = _small_bench(["learner-cost", "--model", "tiny", "--repeats", "1"])
     assert out["compute_ratio"] > 0 and out["throughput_vs_textbook"] > 0, out
+    # the adds into the host sums are timed inside the backward that makes them
+    assert out["host_add_s_per_source"] > 0, out
+    assert 0 < out["host_add_share_of_backward"] < 1, out
 
 
 def test_bench_memory_runs_small() -> None:
