@@ -32,6 +32,21 @@ def test_streaming_loop_update_equals_skyrl_sync_update() -> None:
     assert r["parity_param_gap"] < 1e-3, r  # each side trained on its own for 2 updates
 
 
+def test_streaming_opd_turns_equal_skyrl_distillation_update() -> None:
+    """OPD: each turn scored by the teacher as the engine serves it (tools still to run), the
+    trajectory closed when SkyRL's agent loop returns, against SkyRL's distillation recipe (its
+    reference model as teacher, rewards log pi_T - log pi) on the same batch and weights."""
+    w = LoopWorkload(objective="opd", prompts=2, group_size=2, max_tokens=6, steps=2, tool_turns=2)
+    r = parity(w)
+    assert r["updates"] == 2
+    # 8 trajectories of 2-3 turns each (1-2 tool calls), every turn its own source
+    assert r["streamed_trajectories"] == 8 and r["streamed_turns"] >= 16, r
+    # fp32: the advantage log pi_T - log pi cancels two ~-10 log-probs, and SkyRL's loop keeps
+    # the reference log-probs in float32 (a float64 run still differs by ~4e-7): ~1e-6 is the floor
+    assert r["parity_grad_rel_err"] <= 2e-6, r
+    assert r["parity_param_gap"] < 1e-3, r
+
+
 def test_switch_runs_skyrl_main_with_the_streaming_loop(tmp_path: Path) -> None:
     args = LoopWorkload(prompts=2, group_size=2, max_tokens=4, steps=2).overrides(tmp_path)
     out = subprocess.run(

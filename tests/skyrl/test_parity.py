@@ -85,6 +85,7 @@ def test_bench_skyrl_reports_parity_in_one_json_line(tmp_path: Path) -> None:
     # SkyRL's own loop: the streaming learner's update equals SkyRL's, and the timed rounds ran
     loop = res["loop"]
     assert loop["parity"]["parity_grad_rel_err"] <= 1e-6, loop["parity"]
+    assert loop["parity_opd"]["parity_grad_rel_err"] <= 2e-6, loop["parity_opd"]  # test_loop.py
     assert res["efficiency"] == pytest.approx(loop["speedup_vs_skyrl_sync"] / loop["bound"])
     assert loop["bound"] >= 1.0 and loop["skyrl_sync"]["R"] > 0 and loop["skyrl_sync"]["L"] > 0
     assert loop["skyrl_fully_async"]["max_staleness_steps"] == 1

@@ -67,10 +67,16 @@ def _loop(rounds: int, steps: int, width: int, quiet: bool) -> dict[str, Any]:
     )
     res: dict[str, Any] = {"workload": w.__dict__}
     res["parity"] = parity(LoopWorkload(prompts=2, group_size=3, max_tokens=6, steps=steps))
+    res["parity_opd"] = parity(
+        LoopWorkload(
+            objective="opd", prompts=2, group_size=2, max_tokens=6, steps=steps, tool_turns=2
+        )
+    )
     res |= speed(w, rounds)
     if not quiet:
         typer.echo(
-            f"loop: grad rel err {res['parity']['parity_grad_rel_err']:.2e} per update; "
+            f"loop: grad rel err {res['parity']['parity_grad_rel_err']:.2e} (GRPO), "
+            f"{res['parity_opd']['parity_grad_rel_err']:.2e} (OPD) per update; "
             f"{res['speedup_vs_skyrl_sync']:.2f}x SkyRL sync, bound {res['bound']:.2f}, "
             f"efficiency {res['efficiency']:.2f}; SkyRL fully-async (staleness 1) "
             f"{res['skyrl_fully_async']['speedup_vs_skyrl_sync']:.2f}x"

@@ -33,6 +33,7 @@ from thundersync.learner.engine import GradientEngine
 from thundersync.learner.parallel import adamw
 from thundersync.learner.sources import GrpoContent, GrpoGroupSpec, GrpoReward
 from thundersync.learner.trainer import Learner
+from thundersync.skyrl.opd_stream import OpdTurns
 
 
 def padded_action_logprobs(model: nn.Module, data: Any, temperature: float) -> torch.Tensor:
@@ -106,18 +107,25 @@ def _scalars(metrics: dict[str, Any]) -> dict[str, float]:
 
 
 class StreamingWorker:
-    """ThunderSync's streaming learner fed one finished trajectory at a time (module doc)."""
+    """ThunderSync's streaming learner fed one finished trajectory at a time (GRPO), or one
+    teacher-scored turn at a time and the trajectory's end (OPD, with `opd`) (module doc)."""
 
     def __init__(
-        self, learner: Learner, group_size: int, core: int | None = None, record: bool = False
+        self,
+        learner: Learner,
+        group_size: int,
+        core: int | None = None,
+        record: bool = False,
+        opd: OpdTurns | None = None,
     ) -> None:
-        self.learner, self.group_size, self.core = learner, group_size, core
+        self.learner, self.group_size, self.core, self.opd = learner, group_size, core, opd
         self.grads: list[torch.Tensor] | None = [] if record else None  # per step, pre-clip
-        self._queue: queue.Queue[tuple[str, int, Any] | None] = queue.Queue()
+        self._queue: queue.Queue[tuple[Any, ...] | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._engine: GradientEngine | None = None
         self._error: BaseException | None = None
-        self.applied = 0
+        self.applied = 0  # trajectories ended
+        self.turns = 0  # OPD turns applied
         self.busy_s = 0.0
 
     def open(self) -> None:
@@ -125,7 +133,9 @@ class StreamingWorker:
         if self._thread is not None:
             raise RuntimeError("an update is already open on this worker")
         self._engine = self.learner.open_update(Schedule.STREAM)
-        self._error, self.applied, self.busy_s = None, 0, 0.0
+        self._error, self.applied, self.turns, self.busy_s = None, 0, 0, 0.0
+        if self.opd is not None:
+            self.opd.open.clear()
         self._thread = threading.Thread(target=self._apply_all, name="tsrl-learner", daemon=True)
         self._thread.start()
 
@@ -133,26 +143,43 @@ class StreamingWorker:
         """A finished trajectory of prompt `uid` (SkyRL's TrajectoryOutput); returns at once."""
         if self._thread is None:
             raise RuntimeError("submit before open: no update is open on this worker")
-        self._queue.put((uid, index, trajectory))
+        self._queue.put(("end", uid, index, trajectory))
+
+    def submit_turn(self, session: Any, context: list[int], output: list[int]) -> None:
+        """OPD: a call the engine served for trajectory `session` (SkyRL's session id)."""
+        if self._thread is not None and self.opd is not None:
+            self._queue.put(("turn", str(session), context, output))
+
+    def _sources(self, engine: GradientEngine, item: tuple[Any, ...], seen: set[str]) -> list[Any]:
+        if self.opd is None:  # GRPO: the trajectory's content and reward, its group first
+            _, uid, index, traj = item
+            if uid not in seen:
+                seen.add(uid)
+                engine.register_group(GrpoGroupSpec(uid, tuple(traj.prompt_ids), self.group_size))
+            return list(grpo_sources(uid, index, traj))
+        if item[0] == "turn":  # OPD: scored now, while the environment runs the tool call
+            _, traj_id, context, output = item
+            if traj_id not in seen:
+                seen.add(traj_id)
+                engine.register_trajectory(traj_id)
+            return list(self.opd.turn(traj_id, context, output))
+        _, uid, index, traj = item
+        return [self.opd.close(f"{uid}_{index}", traj)]  # SkyRL's session id
 
     def _apply_all(self) -> None:
         engine = self._engine
         assert engine is not None
         if self.core is not None:
             os.sched_setaffinity(0, {self.core})  # this thread only: the learner's core
-        groups: set[str] = set()
+        seen: set[str] = set()  # groups (GRPO) / trajectories (OPD) registered
         try:
             for item in iter(self._queue.get, None):
                 t0 = time.perf_counter()
-                uid, index, traj = item
-                if uid not in groups:
-                    groups.add(uid)
-                    spec = GrpoGroupSpec(uid, tuple(traj.prompt_ids), self.group_size)
-                    engine.register_group(spec)
-                for source in grpo_sources(uid, index, traj):
+                for source in self._sources(engine, item, seen):
                     engine.submit(source, time.monotonic())
                 engine.drain()
-                self.applied += 1
+                self.applied += item[0] == "end"
+                self.turns += item[0] == "turn"
                 self.busy_s += time.perf_counter() - t0
         except BaseException as e:  # surfaced by optim_step: no partial update is stepped
             self._error = e

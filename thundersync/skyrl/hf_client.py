@@ -13,7 +13,7 @@ import asyncio
 import hashlib
 import os
 from collections import Counter
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -76,6 +76,8 @@ class HFInferenceClient(InferenceEngineInterface):
         # zero staleness: a request runs at the version served when it was made, or fails (the
         # version gate); else (SkyRL's fully-async trainer) at whatever is served when it runs
         self.zero_staleness = zero_staleness
+        # called with (session, prompt ids, output ids) as each request is served (OPD streaming)
+        self.on_turn: Callable[[Hashable, list[int], list[int]], None] | None = None
         # requests run on `concurrency` threads (the others queue), pinned to `cores` when given
         self.pool = ThreadPoolExecutor(concurrency, "tsrl-rollout", _pin, (cores,))
 
@@ -104,6 +106,9 @@ class HFInferenceClient(InferenceEngineInterface):
             )
         )
         ids = [list(o.token_ids) for o in outs]
+        if self.on_turn is not None:
+            for s, p, out in zip(sessions, prompts, ids, strict=True):
+                self.on_turn(s, list(p), list(out))
         return {
             "responses": [self.tokenizer.decode(t, skip_special_tokens=True) for t in ids],
             "response_ids": ids,

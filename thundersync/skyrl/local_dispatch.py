@@ -3,8 +3,8 @@
 SkyRL's dispatch fans each call out to a Ray actor group per model and syncs weights over NCCL or
 CUDA IPC. Here there is one policy worker in the trainer's process and an in-process engine, so
 each call is a direct call and the weight sync is a copy into the engine, versioned like
-ThunderSync's publish. Only the policy exists: a critic or a reference model is refused when the
-trainer builds its models (`check_policy_only`).
+ThunderSync's publish. Only the policy trains; a reference model (the teacher of SkyRL's
+distillation recipe) is served for forwards; a critic is refused (`trainers.check_cpu_loop`).
 """
 
 from __future__ import annotations
@@ -18,14 +18,16 @@ from thundersync.skyrl.hf_client import HFInferenceClient
 class LocalDispatch:
     """The calls SkyRL's trainers make on `self.dispatch`, served by one local policy worker."""
 
-    def __init__(self, worker: Any, client: HFInferenceClient) -> None:
-        self.worker, self.client = worker, client
+    def __init__(self, worker: Any, client: HFInferenceClient, ref: Any = None) -> None:
+        self.worker, self.client, self.ref = worker, client, ref
         self.version = client.engine.version
         self.last_sync_s = 0.0
 
     def _policy(self, model: str) -> Any:
+        if model == "ref" and self.ref is not None:
+            return self.ref  # forward only: the teacher of SkyRL's distillation recipe
         if model != "policy":
-            raise ValueError(f"model {model!r}: this CPU dispatch serves the policy only")
+            raise ValueError(f"model {model!r}: this CPU dispatch serves the policy (and ref)")
         return self.worker
 
     # data plane

@@ -158,8 +158,10 @@ def experiment(argv: list[str], *, pin: bool = False, record: bool = False) -> C
     from skyrl.train.utils import validate_cfg
 
     from thundersync.skyrl.entrypoint import split_args
+    from thundersync.skyrl.registry import register
     from thundersync.skyrl.translate import run_config_from_skyrl
 
+    register()  # ThunderSync's estimators and loss, before SkyRL validates the config
     skyrl_args, ours = split_args(argv)
     mode = LoopMode(ours.pop("loop", LoopMode.STREAM.value))
     cfg = SkyRLTrainConfig.from_cli_overrides(skyrl_args)

@@ -46,16 +46,20 @@ class LoopWorkload:
     concurrency: int = 8  # requests the engine serves at once (tsrl.rollout.concurrency)
     tool_turns: int = 0  # sandboxed tool calls before the answer: 1 + row % tool_turns
     tool_seconds: float = 0.1
+    objective: str = "grpo"  # or "opd": SkyRL's distillation recipe, a second tiny model teaches
+    dtype: str = "float32"  # float64: models, engine and accumulators (the exactness check)
 
     def overrides(self, root: Path) -> list[str]:
         from thundersync.hf_models import build_tiny_model, load_tokenizer
 
-        model = root / "model"
+        model, teacher = root / "model", root / "teacher"
         if not model.exists():
             build_tiny_model(model, seed=self.seed, hidden=self.width, layers=self.layers)
             tok = load_tokenizer(model)
             tok.chat_template = CHAT_TEMPLATE  # SkyRL's generator renders chats with it
             tok.save_pretrained(model)
+            if self.objective == "opd":
+                build_tiny_model(teacher, seed=self.seed + 1, hidden=self.width, tokenizer=tok)
         data = root / "train.jsonl"
         rows = [
             {"prompt": PROMPT, "env_class": "tsrl-digits", "seed": i}
@@ -87,9 +91,18 @@ class LoopWorkload:
             "trainer.export_path": root / "export",
             "trainer.ckpt_path": root / "ckpt",
         }
-        return [f"{k}={v}" for k, v in args.items()] + [
-            f"tsrl.rollout.concurrency={self.concurrency}"
-        ]
+        if self.objective == "opd":  # SkyRL's on-policy distillation recipe
+            args |= {
+                "trainer.algorithm.advantage_estimator": "thundersync_opd",
+                "trainer.algorithm.policy_loss_type": "importance_sampling",
+                "trainer.algorithm.loss_reduction": "token_mean",
+                "trainer.algorithm.use_kl_in_reward": "true",
+                "trainer.ref.model.path": teacher,
+            }
+        ours = [f"tsrl.rollout.concurrency={self.concurrency}"]
+        if self.dtype != "float32":
+            ours += [f"tsrl.model.dtype={self.dtype}", f"tsrl.learner.accum_dtype={self.dtype}"]
+        return [f"{k}={v}" for k, v in args.items()] + ours
 
 
 def run_loop(
@@ -136,7 +149,12 @@ def parity(w: LoopWorkload) -> dict[str, Any]:
     if len(errs) != len(sync["grads"]):
         raise RuntimeError(f"{len(errs)} streamed updates against {len(sync['grads'])} sync ones")
     moved = (sync["params"] - theta0).norm().clamp_min(1e-30)
+    turns = sum(float(d.get("policy/streamed_turns", 0)) for d in stream["logged"])
+    trajectories = sum(float(d.get("policy/streamed_trajectories", 0)) for d in stream["logged"])
     return {
+        "objective": w.objective,
+        "streamed_trajectories": trajectories,
+        "streamed_turns": turns,  # OPD: sources handed over before their trajectory ended
         "updates": len(errs),
         "grad_rel_err": errs,
         "parity_grad_rel_err": max(errs),

@@ -31,7 +31,10 @@ from thundersync.learner.device import DTYPES
 from thundersync.learner.trainer import Learner
 from thundersync.skyrl.cpu_workers import SkyRLBatchWorker, StreamingWorker
 from thundersync.skyrl.local_dispatch import LocalDispatch
+from thundersync.skyrl.opd_stream import OpdTurns
+from thundersync.skyrl.registry import SkyRLName
 from thundersync.skyrl.switch import SkyRLConfigError
+from thundersync.teacher.scorer import HFScorer
 
 TRAIN_PHASE = "train"
 
@@ -70,8 +73,16 @@ def check_cpu_loop(cfg: Any) -> None:
         )
     if t.critic.model.path:
         raise SkyRLConfigError("trainer.critic.model.path: the CPU loop trains the policy only")
-    if t.algorithm.use_kl_in_reward:
-        raise SkyRLConfigError("trainer.algorithm.use_kl_in_reward: no reference model: false")
+    if t.algorithm.use_kl_in_reward and not is_opd(cfg):
+        raise SkyRLConfigError(
+            "trainer.algorithm.use_kl_in_reward: only SkyRL's distillation recipe (advantage "
+            f"estimator {SkyRLName.OPD.value}) runs a reference model here: set it to false"
+        )
+    if is_opd(cfg) and not (t.algorithm.use_kl_in_reward and t.ref.model.path):
+        raise SkyRLConfigError(
+            "trainer.algorithm.use_kl_in_reward: SkyRL's distillation recipe scores with the "
+            "reference model (trainer.ref.model.path) through the reward: set it to true"
+        )
     if g.zero_reward_on_non_stop:
         raise SkyRLConfigError(
             "generator.zero_reward_on_non_stop: it rewrites rewards after the agent loop, where "
@@ -84,8 +95,28 @@ def check_cpu_loop(cfg: Any) -> None:
         )
 
 
-def _policy(cfg: Any, run: RunConfig) -> Any:
-    return load_model(cfg.trainer.policy.model.path, dtype=DTYPES[run.model.dtype])
+def is_opd(cfg: Any) -> bool:
+    return bool(cfg.trainer.algorithm.advantage_estimator == SkyRLName.OPD.value)
+
+
+def _policy(cfg: Any, run: RunConfig, path: str | None = None) -> Any:
+    return load_model(path or cfg.trainer.policy.model.path, dtype=DTYPES[run.model.dtype])
+
+
+def distillation_rewards(data: Any) -> Any:
+    """SkyRL's on-policy distillation recipe (its example trainer's `apply_reward_kl_penalty`):
+    the token rewards are log pi_T - log pi over the loss mask, the task reward is not used."""
+    data["rewards"] = (data["base_action_log_probs"] - data["action_log_probs"]) * data["loss_mask"]
+    return data
+
+
+def _dispatch(trainer: Any, worker: Any) -> LocalDispatch:
+    """A dispatch for `worker`, with the teacher as SkyRL's reference model under OPD."""
+    ref = None
+    if is_opd(trainer.cfg):
+        teacher = _policy(trainer.cfg, trainer.run_config, trainer.cfg.trainer.ref.model.path)
+        ref = SkyRLBatchWorker(teacher, trainer.run_config, trainer.cfg.trainer.algorithm)
+    return LocalDispatch(worker, trainer.inference_engine_client, ref=ref)
 
 
 class _BatchWorkerModels:
@@ -101,11 +132,15 @@ class _BatchWorkerModels:
     def build_models(self, *_: Any) -> None:
         model = _policy(self.cfg, self.run_config)
         worker = SkyRLBatchWorker(model, self.run_config, self.algo, record=self.record_grads)
-        self.dispatch = LocalDispatch(worker, self.inference_engine_client)  # type: ignore[arg-type]
+        self.dispatch = _dispatch(self, worker)
+        self.ref_model = self.dispatch.ref  # SkyRL's loop asks the ref model when it exists
 
     @property
     def algo(self) -> Any:
         return self.cfg.trainer.algorithm
+
+    def apply_reward_kl_penalty(self, data: Any) -> Any:
+        return distillation_rewards(data)  # reached under OPD only (check_cpu_loop)
 
 
 class SkyRLSyncCPUTrainer(_BatchWorkerModels, RayPPOTrainer):
@@ -129,9 +164,14 @@ class ThunderSyncTrainer(RayPPOTrainer):
             raise TypeError("ThunderSyncTrainer needs a StreamingGymGenerator")
         learner = Learner(_policy(self.cfg, self.run_config), self.run_config)
         n = self.cfg.generator.n_samples_per_prompt
-        self.worker = StreamingWorker(learner, n, self.learner_core, record=self.record_grads)
+        opd = None
+        if is_opd(self.cfg):  # the teacher scores each turn as the engine serves it
+            teacher = _policy(self.cfg, self.run_config, self.cfg.trainer.ref.model.path)
+            opd = OpdTurns(HFScorer(teacher))
+        self.worker = StreamingWorker(learner, n, self.learner_core, self.record_grads, opd)
         self.generator.on_trajectory = self.worker.submit
-        self.dispatch = LocalDispatch(self.worker, self.inference_engine_client)  # type: ignore[arg-type]
+        self.inference_engine_client.on_turn = self.worker.submit_turn
+        self.dispatch = LocalDispatch(self.worker, self.inference_engine_client)
         # with recording, SkyRL's own update of each batch at the same weights (its gradients in
         # `self.probe.grads`): the per-update parity check
         self.probe: SkyRLBatchWorker | None = None
@@ -157,14 +197,16 @@ class ThunderSyncTrainer(RayPPOTrainer):
 
     @contextlib.contextmanager
     def _on_probe(self) -> Iterator[None]:
-        streaming, self.dispatch = (
-            self.dispatch,
-            LocalDispatch(self.probe, self.inference_engine_client),
-        )  # type: ignore[arg-type]
+        streaming, self.dispatch = self.dispatch, _dispatch(self, self.probe)
+        self.ref_model = self.dispatch.ref
         try:
             yield
         finally:
-            self.dispatch = streaming
+            self.dispatch, self.ref_model = streaming, None
+
+    def apply_reward_kl_penalty(self, data: Any) -> Any:
+        # the probe's batch only: the streaming learner took the teacher's scores turn by turn
+        return distillation_rewards(data) if self.probe is not None else data
 
     def train_critic_and_policy(self, data: Any) -> dict[str, float]:
         if self.probe is not None:
@@ -174,6 +216,7 @@ class ThunderSyncTrainer(RayPPOTrainer):
         status = {
             "grad_norm": grad_norm,
             "streamed_trajectories": float(self.worker.applied),
+            "streamed_turns": float(self.worker.turns),
             "learner_busy_s": self.worker.busy_s,
         }
         self.all_metrics.update({f"policy/{k}": v for k, v in status.items()})
