@@ -178,6 +178,7 @@ class ThunderSyncTrainer(RayPPOTrainer):
         if self.record_grads:
             model = _policy(self.cfg, self.run_config)
             self.probe = SkyRLBatchWorker(model, self.run_config, self.cfg.trainer.algorithm, True)
+            self._probe_dispatch = _dispatch(self, self.probe)
 
     async def generate(self, input_batch: Any) -> Any:
         self.worker.open()
@@ -197,7 +198,7 @@ class ThunderSyncTrainer(RayPPOTrainer):
 
     @contextlib.contextmanager
     def _on_probe(self) -> Iterator[None]:
-        streaming, self.dispatch = self.dispatch, _dispatch(self, self.probe)
+        streaming, self.dispatch = self.dispatch, self._probe_dispatch
         self.ref_model = self.dispatch.ref
         try:
             yield
