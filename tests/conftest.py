@@ -47,21 +47,48 @@ SERIAL_GROUPS = {
         "tests/sandbox/test_disk_quota.py",
     ),
 }
+# Files whose tests share a module-scoped fixture that costs ~10-30 s (a `tsrl train` run): each
+# is one scope, so its fixture is built once, not once on each worker its tests land on.
+WHOLE_FILES = (
+    "tests/driver/test_metric_export.py",
+    "tests/driver/test_replay_cli.py",
+)
+# The longest files outside the groups (~50-170 s of tests each, measured on 2 cores), sent out
+# first, longest first: the single tests are dealt in collection order, and one of these dealt
+# last kept a worker busy ~2 min after the other had finished.
+HEAVY_FIRST = (
+    "tests/driver/test_smollm2_recipe.py",
+    "tests/skyrl/test_parity.py",
+    "tests/driver/test_recipes.py",
+    "tests/service/test_service_e2e_script.py",
+    "tests/core/test_docs.py",
+    "tests/rollout/test_smollm2_model.py",
+    "tests/driver/test_train.py",
+)
 GROUP_OF = {path: group for group, paths in SERIAL_GROUPS.items() for path in paths}
+GROUP_OF.update({path: path for path in WHOLE_FILES})
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    missing = [p for p in GROUP_OF if not (config.rootpath / p).is_file()]
-    if missing:  # a renamed file would silently leave its group
-        raise pytest.UsageError(f"tests/conftest.py SERIAL_GROUPS lists missing files: {missing}")
+    listed = (*GROUP_OF, *WHOLE_FILES, *HEAVY_FIRST)
+    missing = [p for p in listed if not (config.rootpath / p).is_file()]
+    if missing:  # a renamed file would silently leave its group (or its place in the order)
+        raise pytest.UsageError(f"tests/conftest.py lists missing test files: {missing}")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """HEAVY_FIRST's files first, in that order; the rest keep theirs (the same on every worker,
+    as xdist requires)."""
+    rank = {path: i for i, path in enumerate(HEAVY_FIRST)}
+    items.sort(key=lambda it: rank.get(it.nodeid.split("::", 1)[0], len(rank)))
 
 
 @pytest.hookimpl(optionalhook=True)  # `pytest -p no:xdist` runs without the plugin
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
-    """xdist's load-by-scope scheduling with the groups above as scopes and every other test its
-    own (xdist's `xdist_group` marker does not group on pytest 9: it rewrites a node id attribute
-    pytest no longer reads). Largest scopes go out first, so the two groups start at once on the
-    two workers and the single tests fill in behind them."""
+    """xdist's load-by-scope scheduling with the groups and WHOLE_FILES above as scopes and every
+    other test its own (xdist's `xdist_group` marker does not group on pytest 9: it rewrites a node
+    id attribute pytest no longer reads). Largest scopes go out first, so the two groups start at
+    once on the two workers and the single tests fill in behind them, in collection order."""
     from xdist.scheduler import LoadScopeScheduling
 
     class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
