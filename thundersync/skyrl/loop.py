@@ -5,7 +5,8 @@
 
 runs SkyRL's experiment (`BasePPOExp`: its tokenizer, datasets, tracker, `SkyRLGymGenerator` and
 `RayPPOTrainer.train()`) with `ThunderSyncTrainer`; `tsrl.loop=sync` runs the same experiment
-batch-synchronously on `SkyRLBatchWorker` instead (the comparison `tsrl bench skyrl-loop` times).
+batch-synchronously on `SkyRLBatchWorker` instead, `tsrl.loop=async` with SkyRL's fully-async
+trainer (the comparisons `tsrl bench skyrl` times). OPD is SkyRL's distillation recipe.
 It runs in this process on an in-process HF engine: the CPU form of SkyRL's loop, for the
 equivalence and speed checks and small runs. `thundersync.skyrl.entrypoint` stays the switch for
 real runs (vLLM engines, sandboxes, several learner ranks, the service).
