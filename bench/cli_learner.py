@@ -28,7 +28,9 @@ def equivalence(
         2, min=1, help="learner.max_open_groups: fewer than --groups defers groups' sources"
     ),
     grpo_sum: str = typer.Option(
-        "arrival", help="learner.grpo_sum: arrival | float64 (order-independent; control judged)"
+        "float64",
+        help="learner.grpo_sum: float64 (order-independent) | arrival (the run default; another "
+        "arrival order changes roundings, so the judged reordered control fails)",
     ),
     reward_shift: float | None = typer.Option(
         None, help="learner.reward_shift: GRPO's c fixed before any reward (default: per grpo_sum)"
