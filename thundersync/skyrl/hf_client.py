@@ -42,7 +42,7 @@ def request_seed(base: int, version: int, session: Hashable, call: int) -> int:
     return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") >> 1
 
 
-def sampling(params: Mapping[str, Any], stop_ids: tuple[int, ...]) -> SamplingParams:
+def sampling(params: Mapping[str, Any]) -> SamplingParams:
     """SkyRL's vLLM-style sampling dict as the HF engine's parameters."""
     for key, default in _DEFAULTS.items():
         if params.get(key, default) not in (default, None):
@@ -54,7 +54,6 @@ def sampling(params: Mapping[str, Any], stop_ids: tuple[int, ...]) -> SamplingPa
         max_new_tokens=int(params.get("max_tokens") or params.get("max_generate_length") or 16),
         temperature=float(params.get("temperature", 1.0)),
         top_p=float(params.get("top_p", 1.0)),
-        stop_token_ids=stop_ids,
     )
 
 
@@ -91,7 +90,7 @@ class HFInferenceClient(InferenceEngineInterface):
         prompts = input_batch.get("prompt_token_ids")
         if not prompts:
             raise ValueError("the in-process CPU engine takes token ids (prompt_token_ids)")
-        params = sampling(input_batch.get("sampling_params") or {}, ())
+        params = sampling(input_batch.get("sampling_params") or {})
         sessions = input_batch.get("session_ids") or [None] * len(prompts)
         version = self.engine.version
         seeds = []

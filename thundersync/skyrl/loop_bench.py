@@ -23,6 +23,7 @@ import torch
 import thundersync.skyrl  # noqa: F401  (prepares the interpreter before skyrl is imported)
 from thundersync.bench.speedup_stats import bound
 from thundersync.skyrl.loop import CPUExp, LoopMode, experiment
+from thundersync.skyrl.parity import flat64
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
@@ -117,7 +118,7 @@ def run_loop(
         for d in exp.logged
         if any(k.startswith("timing/") for k in d)
     ]
-    flat = torch.cat([w.detach().reshape(-1).double() for w in worker.weights().values()])
+    flat = flat64(worker.weights().values())
     probe = getattr(exp.trainer, "probe", None)
     return {
         "logged": exp.logged,
@@ -138,9 +139,7 @@ def parity(w: LoopWorkload) -> dict[str, Any]:
 
     with tempfile.TemporaryDirectory() as tmp:
         args = w.overrides(Path(tmp))
-        theta0 = torch.cat(
-            [p.detach().reshape(-1).double() for p in load_model(Path(tmp) / "model").parameters()]
-        )
+        theta0 = flat64(load_model(Path(tmp) / "model").parameters())
         sync = run_loop(args, LoopMode.SYNC)
         stream = run_loop(args, LoopMode.STREAM)
     # per update at the same weights and batch: SkyRL's update path run on the streaming

@@ -12,7 +12,7 @@ batch source by source through the streaming engine, in arrival order.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -193,7 +193,8 @@ def parity_config(
     )
 
 
-def _flat(params: Sequence[torch.Tensor]) -> torch.Tensor:
+def flat64(params: Iterable[torch.Tensor]) -> torch.Tensor:
+    """The tensors as one float64 vector (parameter gaps)."""
     return torch.cat([p.detach().reshape(-1).double() for p in params])
 
 
@@ -222,7 +223,7 @@ def run_parity(
         probe = load_model(student, dtype=DTYPES[dtype])  # SkyRL's loss at our weights
         probe_params = [p for p in probe.parameters() if p.requires_grad]
         trainer = SkyRLSyncTrainer(load_model(student, dtype=DTYPES[dtype]), cfg, algo)
-        theta0 = _flat(trainer.params)
+        theta0 = flat64(trainer.params)
         errs = []
         for b in batches:
             with torch.no_grad():
@@ -234,7 +235,7 @@ def run_parity(
             g_ours = replay_update(ours, b, Schedule.STREAM).grad.double().cpu()
             errs.append(float((g_ours - g).norm() / g.norm().clamp_min(1e-30)))
             trainer.step(b)
-        theta = _flat(trainer.params)
+        theta = flat64(trainer.params)
         gap = float((ours.flat_params().double() - theta).norm() / (theta - theta0).norm())
     return {
         "objective": objective.value,
