@@ -5,8 +5,9 @@ runs in a fresh subprocess; peak memory is RSS (`ru_maxrss`) on CPU and
 `torch.cuda.max_memory_allocated` on CUDA, reported above the process baseline (after the model
 and the learner are built, before the update), the update's AdamW step included. The textbook
 learner is one plain forward + backward per [prompt; continuation] (OPD: per whole trajectory)
-with no streaming state, then its AdamW step; none of the three clips (the same update). OPD
-also reports learner seconds per turn. Every point is the median of `repeats` rounds (one RSS
+with no streaming state, then its AdamW step; none of the three clips (the same update). Each
+point also reports the stream's time over the textbook's (`time_vs_textbook`; goal <= 1.1 from
+4096 tokens up, `time_goal_met`) and OPD learner seconds per turn. Every point is the median of `repeats` rounds (one RSS
 reading of a ~60 MB process moves by several MB from run to run).
 """
 
@@ -27,7 +28,8 @@ from typing import Any
 import torch
 
 LEARNERS = ("stream", "sync", "textbook")
-GRPO_LENGTHS = (256, 1024, 4096)
+GRPO_LENGTHS = (256, 1024, 4096, 8192)
+LONG = 4096  # the time goal holds from here up: stream within 1.1x of the textbook's time
 OPD_TURNS = (2, 8, 32, 64)
 
 
@@ -175,14 +177,20 @@ def run_memory(
                 row[f"{kind}_s"] = statistics.median(r["busy_s"] for r in runs[kind])
             row["stream_vs_sync"] = row["stream_mb"] / max(row["sync_mb"], 1e-3)
             row["stream_vs_textbook"] = row["stream_mb"] / max(row["textbook_mb"], 1e-3)
+            row["time_vs_textbook"] = row["stream_s"] / max(row["textbook_s"], 1e-9)
             if objective == "opd":
                 row["stream_s_per_turn"] = row["stream_s"] / x
             rows.append(row)
     opd = [r for r in rows if r["objective"] == "opd"]
     kind, slope = _growth([r["x"] for r in opd], [r["stream_mb"] for r in opd])
     per_turn = {r["x"]: r["stream_s_per_turn"] for r in opd}
+    grpo_time = {r["x"]: r["time_vs_textbook"] for r in rows if r["objective"] == "grpo"}
+    long = [v for n, v in grpo_time.items() if n >= LONG]
     summary = {
         "points": rows,
+        "grpo_time_vs_textbook": grpo_time,
+        "max_time_vs_textbook_long": max(long) if long else None,
+        "time_goal_met": bool(long) and max(long) <= 1.10,
         "opd_turn_graphs": opd_mode,
         "rounds": repeats,
         "max_peak_ratio": max(r["stream_vs_sync"] for r in rows),

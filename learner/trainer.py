@@ -19,6 +19,7 @@ from torch import nn
 from thundersync.config import OpdTurnGraphs, RunConfig, Schedule
 from thundersync.learner.accumulators import BufferPool, FlatSpec
 from thundersync.learner.arch import check_cuttable
+from thundersync.learner.attention import use_causal_kernel
 from thundersync.learner.barrier import Publisher, StepStats, barrier_step
 from thundersync.learner.device import DTYPES, accumulator_device, resolve_device, set_determinism
 from thundersync.learner.engine import GradientEngine
@@ -53,6 +54,7 @@ class Learner:
         # the optimizer); the learner only places it
         self.model = model.to(self.device)
         self.model.eval()  # no dropout: a gradient is a pure function of theta_k and its source
+        use_causal_kernel(self.model)  # segments on a past: SDPA without an explicit mask
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.names = [n for n, p in model.named_parameters() if p.requires_grad]
         self.publish = publish

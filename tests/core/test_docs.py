@@ -455,6 +455,9 @@ def test_bench_learner_cost_runs_small() -> None:
 def test_bench_memory_runs_small() -> None:
     out = _small_bench(["memory", "--lengths", "256", "--turns", "2,4", "--repeats", "1"])
     assert out["max_peak_ratio"] > 0, out
+    # the stream's time over the textbook's, per length; the goal is judged from 4096 up only
+    assert out["grpo_time_vs_textbook"]["256"] > 0, out
+    assert out["max_time_vs_textbook_long"] is None and out["time_goal_met"] is False, out
 
 
 def _prose_tsrl(doc: Path) -> list[str]:

@@ -54,9 +54,15 @@ def test_tiny_plan_equals_hand_formulas() -> None:
     own = 2 * (8 * d + 4) + 4 * 4 * q + 4 * 4 + 4 * 4 * i
     fwd = 4 * d + 4 * d + 4 + 4 * d + 2 * 4 * 16 + 28
     assert act.segment_bytes(s, 4, 100, 0) == 100 * (layers * (own + 2 * 4 * kv) + fwd)
-    # with past: K/V repeated to the 4 query heads over every context token, plus the mask
-    with_past = 40 * (layers * own + fwd) + layers * 2 * 4 * q * 100 + 40 * 100 * 4
-    assert act.segment_bytes(s, 4, 40, 60) == with_past
+    # a longer past: K/V repeated to the 4 query heads over every context token, plus the mask
+    # SDPA keeps per layer off CUDA (none on CUDA: flash takes the lower-right causal itself)
+    with_past = 40 * (layers * own + fwd) + layers * 2 * 4 * q * 100
+    assert act.segment_bytes(s, 4, 40, 60) == with_past + layers * 40 * 100 * 4
+    assert act.segment_bytes(s, 4, 40, 60, cuda=True) == with_past
+    # a past no longer than the segment: the query padded in front (q, output, lse per padded
+    # row), one more q-sized row per own token, K/V not repeated
+    padded = 60 * (layers * own + fwd) + layers * (2 * 4 * kv * 100 + 40 * (2 * 4 * q + 16))
+    assert act.segment_bytes(s, 4, 60, 40) == padded + layers * 60 * 4 * q
     static = sum(c.bytes for c in plan.components if c.phase == "static" and c.where == "host")
     update = sum(c.bytes for c in plan.components if c.phase == "update" and c.where == "host")
     assert plan.host_bytes == static + update + plan.shm_bytes

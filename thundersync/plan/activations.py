@@ -2,9 +2,11 @@
 
 Why per-tensor terms and not a rule of thumb: what a stock HF decoder layer saves for backward
 depends on the dtype (RMSNorm saves an fp32 copy of its input even in bf16), the family (Qwen3's
-q/k norms) and on whether the segment runs on past K/V (then HF builds an attention mask, and
-with a mask SDPA gets K/V repeated to every query head: `repeat_kv`, 2 x b x q_dim per context
-token per layer instead of 2 x b x kv_dim, plus the [L, P+L] mask). The terms below were read off
+q/k norms) and on how the segment attends to past K/V (`learner.attention`): a past no longer
+than the segment pads the query in front (SDPA saves the padded query, output and logsumexp
+rows, K/V at kv_dim); a longer past passes a lower-right causal bias with K/V repeated to every
+query head (`repeat_kv`, q_dim instead of kv_dim), which off CUDA is an [L, P+L] mask that SDPA
+saves per layer in the compute dtype. The terms below were read off
 the saved tensors of real forwards (`torch.autograd.graph.saved_tensors_hooks`) and match them to
 the byte on tiny Llama / Qwen3 models in fp32 and bf16; `tsrl bench plan-check` re-measures them.
 """
@@ -31,10 +33,16 @@ def layer_own(s: ModelShape, b: int) -> int:
     return norms + attn + mlp + qk
 
 
-def layer_kv(s: ModelShape, b: int, past: bool) -> int:
-    """K/V bytes SDPA saves per context token per layer: its own K/V without past; with past
-    (a mask is passed) K/V repeated to the query heads."""
-    return 2 * b * (s.q_dim if past else s.kv_dim)
+def layer_kv(s: ModelShape, b: int, masked: bool) -> int:
+    """K/V bytes SDPA saves per context token per layer: its own K/V, or (a past longer than the
+    segment) K/V repeated to the query heads."""
+    return 2 * b * (s.q_dim if masked else s.kv_dim)
+
+
+def padded_row(s: ModelShape, b: int) -> int:
+    """Per padding row per layer (a past no longer than the segment): the zero query row, its
+    SDPA output row and its fp32 logsumexp per head."""
+    return 2 * b * s.q_dim + F32 * s.heads
 
 
 def forward_own(s: ModelShape, b: int) -> int:
@@ -43,24 +51,28 @@ def forward_own(s: ModelShape, b: int) -> int:
     return max(b, F32) * s.hidden + b * s.hidden + F32 + b * s.hidden + 2 * b * s.head_dim + 28
 
 
-def segment_bytes(s: ModelShape, b: int, own: int, past: int) -> int:
+def segment_bytes(s: ModelShape, b: int, own: int, past: int, cuda: bool = False) -> int:
     """Saved bytes of one segment of `own` tokens on `past` tokens of K/V (the backward's peak
-    input, whether it was saved at forward or recomputed under activation checkpointing)."""
+    input, whether it was saved at forward or recomputed under activation checkpointing).
+    `cuda`: a longer past's lower-right causal runs in the flash kernel, no mask is saved (read
+    from torch's `CausalBias` dispatch, not measured here)."""
     per_own = s.layers * layer_own(s, b) + forward_own(s, b)
-    if past:
+    if past > own:  # K/V repeated; off CUDA the bias is a mask SDPA saves per layer in dtype b
         kv = s.layers * layer_kv(s, b, True) * (own + past)
-        mask = own * (own + past) * b
-        return own * per_own + kv + mask
-    return own * (per_own + s.layers * layer_kv(s, b, False))
+        return own * per_own + kv + (0 if cuda else s.layers * own * (own + past) * b)
+    # padded query: the padded rows, and one more q-sized row per own token (measured)
+    padded = s.layers * (past * padded_row(s, b) + own * b * s.q_dim) if past else 0
+    return own * per_own + s.layers * layer_kv(s, b, False) * (own + past) + padded
 
 
-def worst_segment(s: ModelShape, b: int, tokens: int) -> int:
+def worst_segment(s: ModelShape, b: int, tokens: int, cuda: bool = False) -> int:
     """The largest `segment_bytes` over every split of `tokens` into past + own (own >= 1)."""
-    best = segment_bytes(s, b, tokens, 0)
-    # with past the bytes are linear in own except the mask: the ends and the mask's vertex
-    for own in (1, tokens - 1, tokens // 2):
+    best = segment_bytes(s, b, tokens, 0, cuda)
+    # piecewise linear in own but for the mask's quadratic term: the ends, the switch between
+    # the padded and the masked path, and the mask's vertex
+    for own in (1, tokens - 1, tokens // 2, (tokens + 1) // 2, tokens // 2 + 1):
         if 1 <= own < tokens:
-            best = max(best, segment_bytes(s, b, own, tokens - own))
+            best = max(best, segment_bytes(s, b, own, tokens - own, cuda))
     return best
 
 
@@ -81,6 +93,6 @@ def formula_note(s: ModelShape, b: int) -> str:
     return (
         f"{s.layers} layers x {layer_own(s, b)} B/token (norms, q, SDPA, MLP"
         + (", q/k norms" if s.qk_norm else "")
-        + f") + K/V {layer_kv(s, b, False)} B/token/layer ({layer_kv(s, b, True)} with past: "
+        + f") + K/V {layer_kv(s, b, False)} B/token/layer ({layer_kv(s, b, True)} with a mask: "
         f"repeat_kv) + {forward_own(s, b)} B/token per forward"
     )

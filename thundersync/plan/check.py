@@ -176,9 +176,17 @@ def _saved(model: Any, own: int, past: int) -> int:
     return sum(seen.values())
 
 
+def _as_learner(model: Any) -> Any:
+    """The model as the learner runs it (`Learner` switches sdpa to the mask-free causal path)."""
+    from thundersync.learner.attention import use_causal_kernel
+
+    use_causal_kernel(model)
+    return model
+
+
 def _activations(model: Any, shape: ModelShape, case: str, b: int) -> list[dict[str, Any]]:
     rows = []
-    for own, past in ((96, 0), (48, 96)):
+    for own, past in ((96, 0), (96, 48), (48, 96)):  # no past; padded query; a mask
         rows.append(
             _row(
                 case,
@@ -201,7 +209,7 @@ def _small(hidden: int, layers: int, arch: str, dtype: str, case: str) -> list[d
         d = build_tiny_model(Path(tmp) / "m", seed=0, hidden=hidden, layers=layers, arch=Arch(arch))
         shape = load_shape(Path(d))
         rows = _activations(
-            load_model(d, dtype=dt), shape, case, {"float32": 4, "bfloat16": 2}[dtype]
+            _as_learner(load_model(d, dtype=dt)), shape, case, {"float32": 4, "bfloat16": 2}[dtype]
         )
         rows += _grpo(load_model(d, dtype=dt), shape, case, dtype)
         rows += _opd(load_model(d, dtype=dt), shape, case, dtype)

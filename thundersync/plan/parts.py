@@ -142,7 +142,7 @@ class _Parts:
 
     def activations(self) -> None:
         s, b, t, k, lc = self.s, self.b, self.t, self.k, self.cfg.learner
-        seg = act.worst_segment(s, b, t)
+        seg = act.worst_segment(s, b, t, self.on_gpu)
         self.add(
             "activations: one segment of T tokens",
             self.dev,
