@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 from torch import nn
-from transformers import AttentionInterface
 from torch.nn.attention.bias import causal_lower_right
+from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
 from transformers.masking_utils import (
     ALL_MASK_ATTENTION_FUNCTIONS,
