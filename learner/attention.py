@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 from torch.nn.attention.bias import causal_lower_right
+from torch.utils._python_dispatch import _disable_current_modes
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
 from transformers.masking_utils import (
@@ -69,12 +70,16 @@ def causal_attention(
         return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
     past = kv_len - q_len
     if past > q_len:
+        # the bias is an empty marker tensor: made outside any dispatch mode (FakeTensor, a
+        # memory meter), which would otherwise claim it before it becomes a CausalBias
+        with _disable_current_modes():
+            bias = causal_lower_right(q_len, kv_len)
         groups = getattr(module, "num_key_value_groups", 1)
         out = torch.nn.functional.scaled_dot_product_attention(
             query,
             repeat_kv(key, groups),
             repeat_kv(value, groups),
-            attn_mask=causal_lower_right(q_len, kv_len),
+            attn_mask=bias,
             scale=kwargs.get("scaling"),
         )
         return out.transpose(1, 2).contiguous(), None

@@ -10,21 +10,27 @@ Silent traps handled here (each gave wrong numbers without an error, see docs/DE
 - the cache keyword is `past_key_values` up to transformers 5.19 and `cache` from 5.24; we read the
   name off the forward signature;
 - a cache grows in place, so every forward gets a fresh DynamicCache built from the leaves;
-- RoPE positions come only from `position_ids`, so they are always passed explicitly.
+- RoPE positions come only from `position_ids`, so they are always passed explicitly;
+- per-layer checkpointing (`learner.activation_checkpointing: layer`) replays a layer's forward
+  in its backward, cache update included: its cache layer rebuilds [past; own] on every update
+  instead of appending (HF's own per-layer checkpointing drops the cache, hence the K/V).
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 from typing import Any
 
 import torch
 from torch import nn
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
+from thundersync.config import Checkpointing
 from thundersync.learner.routed_ops import routable_embedding, routed_embedding
 
 KV = tuple[torch.Tensor, torch.Tensor]
@@ -51,8 +57,51 @@ class SegmentOutput:
     kv: list[KV]  # this segment's own K/V per layer, still in the graph
 
 
+class _ReplayLayer(DynamicLayer):
+    """A cache layer whose `update` may run twice (a checkpointed layer's recompute): the keys
+    are always the fixed past plus the latest own K/V, never past + own + own."""
+
+    def __init__(self, past: KV | None) -> None:
+        super().__init__()
+        self.past = past
+        if past is not None:
+            self.lazy_initialization(*past)
+            self.keys, self.values = past
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        if self.past is None:
+            self.keys, self.values = key_states, value_states
+        else:
+            self.keys = torch.cat([self.past[0], key_states], dim=-2)
+            self.values = torch.cat([self.past[1], value_states], dim=-2)
+        return self.keys, self.values
+
+
+@contextmanager
+def _layers_checkpointed(layers: nn.ModuleList) -> Iterator[None]:
+    """Each decoder layer's forward in its own non-reentrant checkpoint, for this forward."""
+    from torch.utils.checkpoint import checkpoint as ckpt
+
+    for layer in layers:
+        plain = layer.forward
+        layer.forward = partial(ckpt, plain, use_reentrant=False)  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        for layer in layers:
+            del layer.forward  # the class's forward again
+
+
 def _decode(
-    model: nn.Module, ids: torch.Tensor, pos: torch.Tensor, past: Sequence[KV]
+    model: nn.Module,
+    ids: torch.Tensor,
+    pos: torch.Tensor,
+    past: Sequence[KV],
+    per_layer: bool = False,
 ) -> tuple[torch.Tensor, ...]:
     """The decoder on one segment: (hidden, K_0, V_0, K_1, ...) of its own positions."""
     decoder: Any = _base_model(model).model
@@ -62,21 +111,33 @@ def _decode(
         kwargs["inputs_embeds"] = routed_embedding(embed, ids)
     else:
         kwargs["input_ids"] = ids
-    past_len = 0
-    if past:
+    past_len = past[0][0].shape[2] if past else 0
+    dyn = None
+    if per_layer:
+        dyn = DynamicCache()
+        n = len(past) if past else len(decoder.layers)
+        dyn.layers = [_ReplayLayer(past[i] if past else None) for i in range(n)]
+    elif past:
         dyn = DynamicCache()
         for layer, (k, v) in enumerate(past):
             dyn.update(k, v, layer)
-        past_len = dyn.get_seq_length()
+    if dyn is not None:
         decoder_cls: Any = type(decoder)
         kwargs[_cache_kwarg(decoder_cls)] = dyn
-    out = decoder(**kwargs)  # LoRA layers, if any, are injected in place
+    if per_layer:
+        with _layers_checkpointed(decoder.layers):
+            out = decoder(**kwargs)
+    else:
+        out = decoder(**kwargs)  # LoRA layers, if any, are injected in place
     # own K/V as compact tensors: a view would keep the whole [past; own] concatenation alive
     own = [
         t[:, :, past_len:].contiguous()
         for layer in out.past_key_values.layers
         for t in (layer.keys, layer.values)
     ]
+    if per_layer:  # the checkpoints hold the cache until backward: not its [past; own] copies
+        for layer in out.past_key_values.layers:
+            layer.keys = layer.values = None
     return (out.last_hidden_state[0], *own)
 
 
@@ -86,14 +147,14 @@ def run_segment(
     *,
     past: Sequence[KV],
     start: int,
-    checkpoint: bool = False,
+    checkpoint: Checkpointing | bool | str = False,
 ) -> SegmentOutput:
     """Forward `token_ids` ([L] long) at positions start.. on top of the leaf K/V in `past`.
 
     `past` is one (K, V) pair per layer covering positions 0..start-1 (empty for a segment
-    that starts the sequence). `checkpoint`: keep only the inputs and outputs for backward and
-    recompute the segment's activations there (activation checkpointing; eval mode, so the
-    recompute is the same function). Log-probs come from `learner.logprobs.scored_logprobs`.
+    that starts the sequence). `checkpoint` (`Checkpointing`; True: segment): recompute the
+    activations in the backward, of the whole segment or of one decoder layer at a time (eval
+    mode, so the recompute is the same function). Log-probs come from `learner.logprobs.scored_logprobs`.
     """
     ids = token_ids.view(1, -1)
     length = ids.shape[1]
@@ -104,7 +165,8 @@ def run_segment(
             raise ValueError(f"segment starts at position {start} but its past holds {held}")
     elif start != 0:
         raise ValueError(f"a segment without past must start at position 0, not {start}")
-    if checkpoint and torch.is_grad_enabled():
+    mode = as_checkpointing(checkpoint) if torch.is_grad_enabled() else Checkpointing.NONE
+    if mode is Checkpointing.SEGMENT:
         from torch.utils.checkpoint import checkpoint as ckpt
 
         flat = [t for kv in past for t in kv]
@@ -115,10 +177,16 @@ def run_segment(
 
         outs = ckpt(fn, ids, pos, *flat, use_reentrant=False)
     else:
-        outs = _decode(model, ids, pos, past)
+        outs = _decode(model, ids, pos, past, per_layer=mode is Checkpointing.LAYER)
     hidden, own = outs[0], outs[1:]
     kv = [(own[i], own[i + 1]) for i in range(0, len(own), 2)]
     return SegmentOutput(hidden=hidden, kv=kv)
+
+
+def as_checkpointing(value: Checkpointing | bool | str) -> Checkpointing:
+    if isinstance(value, bool):
+        return Checkpointing.SEGMENT if value else Checkpointing.NONE
+    return Checkpointing(value)
 
 
 def detach_leaves(kv: Sequence[KV]) -> list[KV]:

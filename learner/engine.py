@@ -21,7 +21,7 @@ from collections import Counter
 import torch
 from torch import nn
 
-from thundersync.config import Estimator, GroupReduction, GrpoSum, Schedule
+from thundersync.config import Checkpointing, Estimator, GroupReduction, GrpoSum, Schedule
 from thundersync.learner.accumulators import BufferPool, FlatSpec
 from thundersync.learner.engine_core import EngineCore, SourceError
 from thundersync.learner.engine_grpo import GrpoGroups
@@ -61,7 +61,7 @@ class GradientEngine:
         max_held_bytes: int | None = None,
         accum_dtype: torch.dtype = torch.float32,
         accum_device: torch.device | str = "cpu",
-        checkpoint: bool = False,
+        checkpoint: Checkpointing | bool = False,
         keep_turn_graphs: bool = True,
         logprob_chunk: int = 1024,
         pool: BufferPool | None = None,

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
+from thundersync.config import Checkpointing
 from thundersync.learner.accumulators import BufferPool, FlatSpec
 from thundersync.learner.boundary import KV
 from thundersync.learner.logprobs import LogprobMismatch
@@ -49,7 +50,7 @@ class EngineCore:
         *,
         accum_dtype: torch.dtype,
         accum_device: torch.device | str,
-        checkpoint: bool,
+        checkpoint: Checkpointing | bool,
         logprob_chunk: int,
         pool: BufferPool | None,
         router: GradRouter | None,

@@ -27,6 +27,7 @@ from thundersync.config_env import PromptExample as PromptExample
 # the model, optimiser and learner sections live in their own file; re-exported here
 from thundersync.config_learner import AccumDevice as AccumDevice
 from thundersync.config_learner import Arch as Arch
+from thundersync.config_learner import Checkpointing as Checkpointing
 from thundersync.config_learner import Device as Device
 from thundersync.config_learner import Estimator as Estimator
 from thundersync.config_learner import GroupReduction as GroupReduction

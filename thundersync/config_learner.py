@@ -37,6 +37,18 @@ class OpdTurnGraphs(StrEnum):
     KEEP = "keep"  # keep it until close: one forward per turn, memory grows with the past
 
 
+class Checkpointing(StrEnum):
+    """`learner.activation_checkpointing`: what a segment keeps for its backward."""
+
+    NONE = "none"  # every activation (fastest)
+    # only the segment's inputs and outputs: least kept between sources (an open group's prompt),
+    # but the backward recomputes the whole segment at once (its peak does not drop)
+    SEGMENT = "segment"
+    # each decoder layer's input and own K/V: the backward recomputes one layer at a time (long
+    # context: the peak is the boundaries plus one layer)
+    LAYER = "layer"
+
+
 class GroupReduction(StrEnum):
     SUM = "sum"  # the paper: g_k = sum over groups of the group directions g_G
     MEAN = "mean"  # g_k divided by the number of groups of the update
@@ -151,8 +163,10 @@ class LearnerConfig(_Section):
         description="threads for the host accumulators' adds, bit for bit the one-thread sum "
         "(learner/host_adds.py; matmuls keep one thread)",
     )
-    activation_checkpointing: bool = Field(
-        False, description="recompute a continuation's / turn's activations in its backward"
+    activation_checkpointing: Checkpointing = Field(
+        Checkpointing.NONE,
+        description="none | segment | layer: recompute a segment's activations in its backward, "
+        "the segment at once or one decoder layer at a time (true / false: segment / none)",
     )
     opd_turn_graphs: OpdTurnGraphs = Field(
         OpdTurnGraphs.AUTO, description="OPD: recompute | keep each turn's graph until close"
@@ -172,6 +186,13 @@ class LearnerConfig(_Section):
                 "each trajectory's tokens count as tokens: set learner.token_weighting=token_sum"
             )
         return self
+
+    @field_validator("activation_checkpointing", mode="before")
+    @classmethod
+    def _checkpointing_bool(cls, v: object) -> object:
+        if isinstance(v, bool):  # recipes before `layer` existed
+            return Checkpointing.SEGMENT if v else Checkpointing.NONE
+        return v
 
     @field_validator("token_weighting")
     @classmethod

@@ -118,15 +118,22 @@ def _grads(learner: Learner, batch: LoggedBatch, **_: object) -> torch.Tensor:
     return engine.acc.grad.clone()
 
 
+@pytest.mark.parametrize("mode", ["segment", "layer", True])
 @pytest.mark.parametrize("objective", ["grpo", "opd"])
 def test_activation_checkpointing_gives_the_same_gradient(
-    objective: str, tiny_model_dir: Path, grpo_batch: LoggedBatch, opd_batch: LoggedBatch
+    objective: str,
+    mode: str | bool,
+    tiny_model_dir: Path,
+    grpo_batch: LoggedBatch,
+    opd_batch: LoggedBatch,
 ) -> None:
+    """Whole-segment and per-layer recompute (the latter replays each layer's cache update) give
+    the plain gradient; `true` is the segment mode of recipes written before `layer`."""
     batch = grpo_batch if objective == "grpo" else opd_batch
     plain = _grads(Learner(load_model(tiny_model_dir), _cfg(objective)), batch)
-    ckpt = _grads(
-        Learner(load_model(tiny_model_dir), _cfg(objective, activation_checkpointing=True)), batch
-    )
+    cfg = _cfg(objective, activation_checkpointing=mode)
+    assert cfg.learner.activation_checkpointing == ("segment" if mode is True else mode)
+    ckpt = _grads(Learner(load_model(tiny_model_dir), cfg), batch)
     assert torch.allclose(plain, ckpt, rtol=0, atol=1e-12 * float(plain.abs().max()))
 
 

@@ -157,3 +157,24 @@ def test_plan_check_runs_small() -> None:
     res = run_plan_check(big=True, mid=False)
     assert res["measured_rows"] >= 10 and res["counted_rows"] >= 10
     assert res["max_rel_err"] <= 0.10, [r for r in res["rows"] if r["rel_err"] > 0.10]
+
+
+def test_8b_grpo_at_32k_tokens_fits_an_h200_with_per_layer_checkpointing() -> None:
+    """Long context: one 32k-token segment's activations at 8B are ~265 GB kept whole (segment
+    mode recomputes the segment at once) and ~23 GB with one layer recomputed at a time."""
+    s = load_shape("qwen3-8b")
+    h200 = Machine(8, 141 * GB, 2048 * GB)
+    over = {"rollout": {"max_total_tokens": 32768}}
+    segment = load_run_config(
+        "grpo-qwen3-8b", over | {"learner": {"activation_checkpointing": "segment"}}
+    )
+    layer = load_run_config(
+        "grpo-qwen3-8b", over | {"learner": {"activation_checkpointing": "layer"}}
+    )
+    assert not plan_memory(segment, s, h200).fits
+    why = refuse(plan_memory(segment, s, h200), segment)
+    assert why is not None and "learner.activation_checkpointing=layer" in why, why
+    plan = plan_memory(layer, s, h200)
+    assert plan.fits, plan.per_gpu_bytes / GB
+    acts = next(c for c in plan.components if c.name.startswith("activations"))
+    assert acts.bytes < 25 * GB

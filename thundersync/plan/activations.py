@@ -51,11 +51,17 @@ def forward_own(s: ModelShape, b: int) -> int:
     return max(b, F32) * s.hidden + b * s.hidden + F32 + b * s.hidden + 2 * b * s.head_dim + 28
 
 
-def segment_bytes(s: ModelShape, b: int, own: int, past: int, cuda: bool = False) -> int:
+def segment_bytes(
+    s: ModelShape, b: int, own: int, past: int, cuda: bool = False, per_layer: bool = False
+) -> int:
     """Saved bytes of one segment of `own` tokens on `past` tokens of K/V (the backward's peak
     input, whether it was saved at forward or recomputed under activation checkpointing).
     `cuda`: a longer past's lower-right causal runs in the flash kernel, no mask is saved (read
-    from torch's `CausalBias` dispatch, not measured here)."""
+    from torch's `CausalBias` dispatch, not measured here). `per_layer` (checkpointing: layer):
+    what the forward keeps (`layer_kept`) plus one layer's recompute (every layer saves alike)."""
+    if per_layer:
+        one_layer = (segment_bytes(s, b, own, past, cuda) - own * forward_own(s, b)) // s.layers
+        return own * layer_kept(s, b) + one_layer
     per_own = s.layers * layer_own(s, b) + forward_own(s, b)
     if past > own:  # K/V repeated; off CUDA the bias is a mask SDPA saves per layer in dtype b
         kv = s.layers * layer_kv(s, b, True) * (own + past)
@@ -65,22 +71,34 @@ def segment_bytes(s: ModelShape, b: int, own: int, past: int, cuda: bool = False
     return own * per_own + s.layers * layer_kv(s, b, False) * (own + past) + padded
 
 
-def worst_segment(s: ModelShape, b: int, tokens: int, cuda: bool = False) -> int:
+def layer_kept(s: ModelShape, b: int) -> int:
+    """Per own token, what a forward under per-layer checkpointing keeps for its backward: each
+    layer's input hidden state and own K/V, one more hidden row (measured: the last layer's
+    output, fp32 and bf16 alike), and the per-forward terms outside the layers."""
+    return (s.layers + 1) * b * s.hidden + s.layers * 2 * b * s.kv_dim + forward_own(s, b)
+
+
+def worst_segment(
+    s: ModelShape, b: int, tokens: int, cuda: bool = False, per_layer: bool = False
+) -> int:
     """The largest `segment_bytes` over every split of `tokens` into past + own (own >= 1)."""
-    best = segment_bytes(s, b, tokens, 0, cuda)
+    best = segment_bytes(s, b, tokens, 0, cuda, per_layer)
     # piecewise linear in own but for the mask's quadratic term: the ends, the switch between
     # the padded and the masked path, and the mask's vertex
     for own in (1, tokens - 1, tokens // 2, (tokens + 1) // 2, tokens // 2 + 1):
         if 1 <= own < tokens:
-            best = max(best, segment_bytes(s, b, own, tokens - own, cuda))
+            best = max(best, segment_bytes(s, b, own, tokens - own, cuda, per_layer))
     return best
 
 
-def kept_prompt(s: ModelShape, b: int, checkpointing: bool) -> int:
+def kept_prompt(s: ModelShape, b: int, checkpointing: str) -> int:
     """Per prompt token of an open GRPO group: its graph stays until the group closes.
-    Checkpointed, only the segment's outputs stay (last hidden row block and its own K/V)."""
-    if checkpointing:
+    `segment`: only the segment's outputs stay (last hidden row block and its own K/V);
+    `layer`: each layer's input and own K/V (`layer_kept`)."""
+    if checkpointing == "segment":
         return b * s.hidden + s.layers * 2 * b * s.kv_dim + 16
+    if checkpointing == "layer":
+        return layer_kept(s, b)
     return s.layers * (layer_own(s, b) + layer_kv(s, b, False)) + forward_own(s, b)
 
 

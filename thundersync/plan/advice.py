@@ -45,8 +45,11 @@ def _largest(
 
 def _switches(cfg: RunConfig) -> Iterator[tuple[str, Any]]:
     lc = cfg.learner
-    if not lc.activation_checkpointing:
-        yield "learner.activation_checkpointing", True
+    for mode in ("segment", "layer"):
+        if lc.activation_checkpointing == "none" or (
+            lc.activation_checkpointing == "segment" and mode == "layer"
+        ):
+            yield "learner.activation_checkpointing", mode
     if lc.accum_device is AccumDevice.DEVICE:
         yield "learner.accum_device", "host"
     if lc.accum_dtype == "float64":
@@ -79,7 +82,7 @@ def fitting_changes(cfg: RunConfig, shape: ModelShape, machine: Machine) -> list
 
 
 _KNOB = {
-    "activations": "rollout.max_total_tokens",
+    "activations": "rollout.max_total_tokens, learner.activation_checkpointing",
     "GRPO prompt": "learner.max_open_groups, learner.activation_checkpointing",
     "accumulators": "learner.max_open_groups, learner.accum_dtype",
     "OPD K/V": "learner.max_open_groups, rollout.max_total_tokens",

@@ -176,6 +176,29 @@ def _saved(model: Any, own: int, past: int) -> int:
     return sum(seen.values())
 
 
+def _kept_per_layer(model: Any, own: int, past: int) -> int:
+    """Live bytes a forward under per-layer checkpointing leaves for its backward (`LiveBytes`:
+    checkpoint regions keep their inputs in closures, which saved-tensor hooks do not see)."""
+    from thundersync.learner.boundary import detach_leaves, run_segment
+    from thundersync.learner.logprobs import scored_logprobs
+    from thundersync.plan.live import LiveBytes
+
+    vocab = int(model.config.vocab_size)
+    leaves: list[Any] = []
+    if past:
+        with torch.no_grad():
+            leaves = detach_leaves(
+                run_segment(model, torch.randint(8, vocab, (past,)), past=[], start=0).kv
+            )
+    ids = torch.randint(8, vocab, (own,))
+    with LiveBytes() as meter:
+        out = run_segment(model, ids, past=leaves, start=past, checkpoint="layer")
+        lp = scored_logprobs(model, out.hidden, ids, torch.ones(own - 1, dtype=torch.bool))
+    kept = meter.settled()
+    del out, lp
+    return kept
+
+
 def _as_learner(model: Any) -> Any:
     """The model as the learner runs it (`Learner` switches sdpa to the mask-free causal path)."""
     from thundersync.learner.attention import use_causal_kernel
@@ -194,6 +217,15 @@ def _activations(model: Any, shape: ModelShape, case: str, b: int) -> list[dict[
                 "measured: saved tensors",
                 _saved(model, own, past),
                 act.segment_bytes(shape, b, own, past),
+            )
+        )
+        rows.append(
+            _row(
+                case,
+                f"kept under per-layer checkpointing ({own} tokens on {past} past)",
+                "measured: live bytes",
+                _kept_per_layer(model, own, past),
+                own * act.layer_kept(shape, b),
             )
         )
     return rows

@@ -152,10 +152,16 @@ def notes(cfg: RunConfig) -> list[str]:
         "activations assume the worst split of rollout.max_total_tokens into prompt and "
         "response; GRPO holds each open group's prompt graph until the group closes",
     ]
-    if cfg.learner.activation_checkpointing:
+    ckpt = cfg.learner.activation_checkpointing
+    if ckpt == "segment":
         out.append(
-            "activation_checkpointing wraps a whole segment: it shrinks the graphs kept "
-            "between sources, not one segment's backward (recomputed whole)"
+            "activation_checkpointing: segment wraps a whole segment: it shrinks the graphs "
+            "kept between sources, not one segment's backward (recomputed whole)"
+        )
+    elif ckpt == "layer":
+        out.append(
+            "activation_checkpointing: layer keeps each layer's input and own K/V and "
+            "recomputes one layer at a time in the backward"
         )
     if cfg.objective is Objective.OPD:
         mode = cfg.learner.opd_turn_graphs

@@ -142,7 +142,8 @@ class _Parts:
 
     def activations(self) -> None:
         s, b, t, k, lc = self.s, self.b, self.t, self.k, self.cfg.learner
-        seg = act.worst_segment(s, b, t, self.on_gpu)
+        per_layer = lc.activation_checkpointing == "layer"
+        seg = act.worst_segment(s, b, t, self.on_gpu, per_layer)
         self.add(
             "activations: one segment of T tokens",
             self.dev,
