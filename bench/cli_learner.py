@@ -114,9 +114,12 @@ def learner_cost(
 
 @bench_app.command("memory")
 def memory(
-    lengths: str = typer.Option("256,1024,4096", help="GRPO continuation lengths"),
+    lengths: str = typer.Option("64,256,1024,4096,8192", help="GRPO continuation lengths"),
     turns: str = typer.Option("2,8,32,64", help="OPD turns per trajectory"),
     opd_turn_graphs: str = typer.Option("recompute", help="learner.opd_turn_graphs for OPD"),
+    checkpointing: str = typer.Option(
+        "none", help="learner.activation_checkpointing of stream and sync: none, segment, layer"
+    ),
     repeats: int = typer.Option(3, min=1, help="rounds per point (medians are reported)"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
@@ -130,5 +133,7 @@ def memory(
         raise typer.BadParameter("give comma-separated integers, e.g. --turns 2,8,32") from None
     if opd_turn_graphs not in ("recompute", "keep", "auto"):
         raise typer.BadParameter("use --opd-turn-graphs recompute, keep or auto")
-    res = run_memory(ls, ts, opd_turn_graphs, repeats)
+    if checkpointing not in ("none", "segment", "layer"):
+        raise typer.BadParameter("use --checkpointing none, segment or layer")
+    res = run_memory(ls, ts, opd_turn_graphs, repeats, checkpointing)
     typer.echo(json.dumps(res) if as_json else json.dumps(res, indent=2))

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 LEARNERS = ("stream", "sync", "textbook")
-GRPO_LENGTHS = (256, 1024, 4096, 8192)
+GRPO_LENGTHS = (64, 256, 1024, 4096, 8192)
 LONG = 4096  # the time goal holds from here up: stream within 1.1x of the textbook's time
 OPD_TURNS = (2, 8, 32, 64)
 
@@ -78,7 +78,12 @@ def _textbook_opd(model: Any, batch: Any) -> None:
 
 
 def _one(
-    learner_kind: str, objective: str, x: int, model_dir: str, opd_mode: str
+    learner_kind: str,
+    objective: str,
+    x: int,
+    model_dir: str,
+    opd_mode: str,
+    checkpointing: str = "none",
 ) -> dict[str, Any]:
     from thundersync.bench.learner_cost import make_batch
     from thundersync.config import Schedule, load_run_config
@@ -103,7 +108,11 @@ def _one(
                 "objective": objective,
                 # the textbook learner takes a plain AdamW step: no clipping on either side
                 "optim": {"max_grad_norm": 1e9},
-                "learner": {"max_open_groups": 1, "opd_turn_graphs": opd_mode},
+                "learner": {
+                    "max_open_groups": 1,
+                    "opd_turn_graphs": opd_mode,
+                    "activation_checkpointing": checkpointing,
+                },
             }
         )
         learner = Learner(model, cfg)
@@ -144,6 +153,7 @@ def run_memory(
     turns: tuple[int, ...] = OPD_TURNS,
     opd_mode: str = "recompute",
     repeats: int = 3,
+    checkpointing: str = "none",
 ) -> dict[str, Any]:
     from thundersync.hf_models import build_tiny_model
 
@@ -166,6 +176,7 @@ def run_memory(
                             str(x),
                             model_dir,
                             opd_mode,
+                            checkpointing,
                         ],
                         check=True,
                         capture_output=True,
@@ -192,6 +203,7 @@ def run_memory(
         "max_time_vs_textbook_long": max(long) if long else None,
         "time_goal_met": bool(long) and max(long) <= 1.10,
         "opd_turn_graphs": opd_mode,
+        "activation_checkpointing": checkpointing,
         "rounds": repeats,
         "max_peak_ratio": max(r["stream_vs_sync"] for r in rows),
         "max_peak_ratio_vs_textbook": max(r["stream_vs_textbook"] for r in rows),
@@ -210,4 +222,4 @@ def run_memory(
 
 if __name__ == "__main__":
     a = sys.argv
-    print(json.dumps(_one(a[1], a[2], int(a[3]), a[4], a[5])))
+    print(json.dumps(_one(a[1], a[2], int(a[3]), a[4], a[5], a[6])))
