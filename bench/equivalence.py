@@ -45,6 +45,8 @@ def bench_config(
     reward_shift: float | None = None,
 ) -> RunConfig:
     learner = {"ranks": ranks, "max_open_groups": max_open_groups, "device": device}
+    # 2 ranks: the update sum all-reduced in many small buckets (~40 for the tiny model)
+    learner |= {"reduce_bucket_mb": 0.02}
     learner |= {"grpo_sum": grpo_sum, "reward_shift": reward_shift}
     return load_run_config(
         data={

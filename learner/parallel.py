@@ -29,21 +29,29 @@ class ParallelContext:
     rank: int = 0
     world: int = 1
     device_type: str = "cpu"  # "cuda": NCCL, which reduces CUDA tensors only
+    bucket_bytes: int = 256 * 2**20  # `learner.reduce_bucket_mb`
 
     @property
     def distributed(self) -> bool:
         return self.world > 1
 
     def all_reduce_sum(self, t: torch.Tensor) -> torch.Tensor:
-        """In place. Host accumulators cross to the GPU for NCCL and come back."""
+        """In place, bucket by bucket: host accumulators cross to the GPU for NCCL one bucket at
+        a time and come back, so the GPU holds one bucket, not the whole fp64 sum (8N bytes).
+        Each element is still the sum of the ranks' values (2 ranks: bit for bit the same)."""
         if not self.distributed:
             return t
-        if self.device_type == "cuda" and not t.is_cuda:
-            on_gpu = t.to(torch.device("cuda", torch.cuda.current_device()))
-            dist.all_reduce(on_gpu, op=dist.ReduceOp.SUM)
-            t.copy_(on_gpu)
-        else:
-            dist.all_reduce(t, op=dist.ReduceOp.SUM)
+        flat = t.view(-1)
+        step = max(1, self.bucket_bytes // t.element_size())
+        staged = self.device_type == "cuda" and not t.is_cuda
+        for i in range(0, flat.numel(), step):
+            part = flat[i : i + step]
+            if staged:
+                on_gpu = part.to(torch.device("cuda", torch.cuda.current_device()))
+                dist.all_reduce(on_gpu, op=dist.ReduceOp.SUM)
+                part.copy_(on_gpu)
+            else:
+                dist.all_reduce(part, op=dist.ReduceOp.SUM)
         return t
 
     def owns(self, index: int) -> bool:

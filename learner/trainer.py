@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -44,7 +45,8 @@ class Learner:
     ) -> None:
         check_cuttable(model)  # refuse, by layer type, what the boundary code cannot cut
         self.cfg = cfg
-        self.ctx = ctx or ParallelContext()
+        bucket = int(cfg.learner.reduce_bucket_mb * 2**20)
+        self.ctx = replace(ctx or ParallelContext(), bucket_bytes=bucket)
         self.device = resolve_device(cfg.learner.device)
         set_determinism(cfg.learner.deterministic, self.device)
         if cfg.model.lora_rank > 0:

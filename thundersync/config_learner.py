@@ -163,6 +163,12 @@ class LearnerConfig(_Section):
         description="threads for the host accumulators' adds, bit for bit the one-thread sum "
         "(learner/host_adds.py; matmuls keep one thread)",
     )
+    reduce_bucket_mb: float = Field(
+        256.0,
+        gt=0,
+        description="ranks > 1: the fp64 update sum crosses to the GPU and is all-reduced in "
+        "buckets of this many MB (GPU memory for the reduction: one bucket, not the whole sum)",
+    )
     activation_checkpointing: Checkpointing = Field(
         Checkpointing.NONE,
         description="none | segment | layer: recompute a segment's activations in its backward, "

@@ -8,9 +8,10 @@ does today, including what it over-allocates (each checked in the code, file nam
   AdamW moments sharded, both on the GPU; before sharding the fp32 copy is whole (startup);
 - one rank (ranks = 1) with a bf16 model: an fp32 master copy and its AdamW moments unsharded
   on the GPU, and the step's fp32 gradient copied to the GPU whole (`LocalOptimizer.step`);
-- ranks > 1: the update sum is widened to a plain fp64 vector on the host and copied whole to
-  the GPU for the NCCL all-reduce (`ParallelContext.all_reduce_sum`), then clipped into a new
-  fp32 vector; each FSDP2 step copies one full fp32 gradient per tensor to the GPU;
+- ranks > 1: the update sum is widened to a plain fp64 vector on the host, all-reduced through
+  the GPU one `learner.reduce_bucket_mb` bucket at a time (`ParallelContext.all_reduce_sum`),
+  then clipped into a new fp32 vector; each FSDP2 step copies one full fp32 gradient per tensor
+  to the GPU;
 - a checkpoint clones theta (the bf16 replica under FSDP2, the fp32 master on one rank) on the
   device (`Learner.state_dict`);
 - delta publish keeps a copy of the acked weights on rank 0's GPU (`rollout/weight_delta.py`).

@@ -214,8 +214,14 @@ class _Parts:
                 )
             self.add("clipped gradient (grad x clip)", self.acc, "reduce", 4 * n_t, "N_t x 4 B")
             if self.on_gpu and self.acc == "host":
+                mb = self.cfg.learner.reduce_bucket_mb
+                bucket = min(8 * n_t, int(mb * 2**20))
                 self.add(
-                    "fp64 update sum copied to the GPU (NCCL)", dev, "reduce", 8 * n_t, "N_t x 8 B"
+                    "fp64 update sum bucket on the GPU (NCCL)",
+                    dev,
+                    "reduce",
+                    bucket,
+                    f"min(N_t x 8 B, reduce_bucket_mb {mb:g} MiB)",
                 )
             self.add("FSDP2 gradient shards", dev, "step", n_t * m / w, f"N_t x {m} B / {w}")
             big = self.s.largest_param * m * 2
