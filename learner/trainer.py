@@ -147,8 +147,9 @@ class Learner:
     def state_dict(self) -> dict[str, Any]:
         return {
             "version": self.version,
+            # copied to the host tensor by tensor: a device clone was a whole replica on the GPU
             "params": {
-                n: p.detach().clone()
+                n: p.detach().to("cpu", copy=True)
                 for n, p in zip(self.names, self.optimizer.master, strict=True)
             },
             "optimizer": self.optimizer.state_dict(),

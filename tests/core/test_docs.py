@@ -289,7 +289,7 @@ COVERED: dict[str, tuple[str, str]] = {
     "bash deploy/gpu-smoke.sh runs/gpu-smoke": (_GPU, "with a stand-in tsrl: no GPU here"),
     "tsrl plan grpo-qwen3-8b --gpus 8 --gpu-memory 80 --host-memory 2048 --json": (
         _PLAN + "test_tsrl_plan_json_last_line_for_both_recipes",
-        "the same command (it exits 1: it does not fit)",
+        "the same command (it fits with per-layer checkpointing)",
     ),
     "tsrl plan opd-qwen3-32b --gpus 8 --gpu-memory 141 --host-memory 2048 --json": (
         _PLAN + "test_tsrl_plan_json_last_line_for_both_recipes",

@@ -105,8 +105,12 @@ def test_killed_rollout_worker_reruns_and_nothing_partial_reaches_learner(
     _equal_to_sync(faulty, cfg)
 
 
-def test_killed_learner_resumes_from_checkpoint_with_identical_parameters(tmp_path: Path) -> None:
-    cfg = _small("grpo-toy", updates=3, checkpoint_every=1)
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_killed_learner_resumes_from_checkpoint_with_identical_parameters(
+    tmp_path: Path, ranks: int
+) -> None:
+    """2 ranks: the FSDP2 shards and moments travel through the host and back to each rank."""
+    cfg = _small("grpo-toy", updates=3, checkpoint_every=1, **{"learner.ranks": ranks})
     clean, crashed = tmp_path / "clean", tmp_path / "crashed"
     assert RunDriver(cfg, clean, log_batches=True).run() == 0
     with pytest.raises(RunFailed, match="learner process died"):

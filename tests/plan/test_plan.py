@@ -69,7 +69,7 @@ def test_tiny_plan_equals_hand_formulas() -> None:
     assert plan.per_gpu_bytes == 0 and plan.fits
 
 
-def test_qwen3_8b_recipe_fits_141_gb_not_80_gb() -> None:
+def test_qwen3_8b_recipe_fits_141_gb_and_80_gb() -> None:
     cfg = load_run_config("grpo-qwen3-8b")
     s = load_shape("qwen3-8b")
     n = s.params
@@ -80,12 +80,17 @@ def test_qwen3_8b_recipe_fits_141_gb_not_80_gb() -> None:
     # the barrier's reduction holds one fp64 bucket on the GPU, not the whole 8N sum
     reduce = [c for c in gpu if c.phase == "reduce"]
     assert [c.bytes for c in reduce] == [256 * 2**20], reduce
+    # FSDP2's start-up fills the shards one tensor at a time (no whole fp32 copy: 3N before)
+    startup = [c for c in gpu if c.phase == "startup"]
+    assert [c.bytes for c in startup] == [2 * s.largest_param * 4], startup
     assert big.peak_phase("gpu") == "update"
     assert big.fits and refuse(big, cfg) is None
     small = plan_memory(cfg, s, Machine(8, 80 * GB, 2048 * GB))
-    assert not small.fits
-    why = refuse(small, cfg)
-    assert why is not None and "activations" in why, why
+    assert small.fits, small.per_gpu_bytes / GB
+    # the recipe's per-layer checkpointing is what fits 80 GB: whole-segment recompute does not
+    seg = load_run_config("grpo-qwen3-8b", {"learner": {"activation_checkpointing": "segment"}})
+    why = refuse(plan_memory(seg, s, Machine(8, 80 * GB, 2048 * GB)), seg)
+    assert why is not None and "learner.activation_checkpointing=layer" in why, why
 
 
 def test_refusal_names_the_knob_that_makes_it_fit() -> None:
@@ -146,7 +151,7 @@ def test_tsrl_plan_json_last_line_for_both_recipes() -> None:
     code, out = _plan_cli(
         "grpo-qwen3-8b", "--gpus", "8", "--gpu-memory", "80", "--host-memory", "2048"
     )
-    assert code == 1 and out["fits"] is False and out["refusal"]
+    assert code == 0 and out["fits"] is True and not out["refusal"]
     for gb in ("80", "141"):
         code, out = _plan_cli(
             "opd-qwen3-32b", "--gpus", "8", "--gpu-memory", gb, "--host-memory", "2048"

@@ -4,16 +4,16 @@ Pure arithmetic over the run config and the model shape (no torch), describing w
 does today, including what it over-allocates (each checked in the code, file named):
 - every learner rank holds the FULL model replica in the compute dtype (`learner/parallel.py`:
   FSDP2 shards only the optimizer's copy);
-- FSDP2 (ranks > 1): a deep copy of the model converted to fp32 and sharded (master shards), its
-  AdamW moments sharded, both on the GPU; before sharding the fp32 copy is whole (startup);
+- FSDP2 (ranks > 1): a copy of the model in fp32, sharded (master shards), its AdamW moments
+  sharded, both on the GPU; built on the meta device and filled one tensor at a time (startup);
 - one rank (ranks = 1) with a bf16 model: an fp32 master copy and its AdamW moments unsharded
   on the GPU, and the step's fp32 gradient copied to the GPU whole (`LocalOptimizer.step`);
 - ranks > 1: the update sum is widened to a plain fp64 vector on the host, all-reduced through
   the GPU one `learner.reduce_bucket_mb` bucket at a time (`ParallelContext.all_reduce_sum`),
   then clipped into a new fp32 vector; each FSDP2 step copies one full fp32 gradient per tensor
   to the GPU;
-- a checkpoint clones theta (the bf16 replica under FSDP2, the fp32 master on one rank) on the
-  device (`Learner.state_dict`);
+- a checkpoint copies theta (the bf16 replica under FSDP2, the fp32 master on one rank) to the
+  host tensor by tensor (`Learner.state_dict`);
 - delta publish keeps a copy of the acked weights on rank 0's GPU (`rollout/weight_delta.py`).
 Activations: `plan.activations`. Each phase's transients come on top of what is always held
 (`static`); a total is static + the largest phase. The accumulator bytes are the engine's

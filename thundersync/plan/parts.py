@@ -103,11 +103,11 @@ class _Parts:
                 f"2 x N_t x {m} B / {w}",
             )
             self.add(
-                "FSDP2 init: whole fp32 copy before sharding",
+                "FSDP2 init: one tensor at a time (full + its shard)",
                 self.dev,
                 "startup",
-                self.n_all * m * (1 - 1 / w),
-                f"N x {m} B x (1 - 1/{w})",
+                2 * self.s.largest_param * m,
+                f"2 x largest x {m} B",
             )
         else:
             if m != b:
@@ -237,17 +237,18 @@ class _Parts:
         if self.on_gpu and self.acc == "host":
             self.add("pinned gradient staging", "host", "static", n_t * self.a, f"N_t x {self.a} B")
         if self.cfg.checkpoint_every:
+            # copied to the host tensor by tensor (`Learner.state_dict`), nothing whole on a GPU
             if w > 1:
                 nb = n_t * self.b + n_t * m / w
                 self.add(
-                    "checkpoint: replica clone + shard clones",
-                    dev,
+                    "checkpoint: replica + shard copies",
+                    "host",
                     "checkpoint",
                     nb,
                     "N_t x b + N_t x m / W",
                 )
             else:
-                self.add("checkpoint: master clone", dev, "checkpoint", n_t * m, f"N_t x {m} B")
+                self.add("checkpoint: master copy", "host", "checkpoint", n_t * m, f"N_t x {m} B")
 
     def publish(self) -> None:
         cfg, s, b = self.cfg, self.s, self.b
