@@ -95,3 +95,19 @@ def test_live_bytes_counts_a_storage_until_its_last_tensor_dies() -> None:
         del view
         assert meter.settled() == 0
         assert meter.peak == 4000
+
+
+@pytest.mark.parametrize("past", [8, 40])  # padded query; lower-right bias
+def test_segments_run_on_a_non_cpu_device(tiny_model_dir: Path, past: int) -> None:
+    """The attention paths and the per-layer replay hold no CPU-only assumption: a `meta` model
+    runs prefix + segment forward and backward (every tensor made on the inputs' device)."""
+    model = load_model(tiny_model_dir).to("meta")
+    assert use_causal_kernel(model)
+    ids = torch.randint(8, 500, (past + 16,), device="meta")
+    pre = run_segment(model, ids[:past], past=[], start=0)
+    leaves = detach_leaves(pre.kv)
+    out = run_segment(model, ids[past:], past=leaves, start=past, checkpoint="layer")
+    assert out.hidden.device.type == "meta" and out.hidden.shape[0] == 16
+    assert out.kv[0][0].shape[2] == 16
+    (out.hidden.sum() + sum(k.sum() + v.sum() for k, v in out.kv)).backward()
+    assert leaves[0][0].grad is not None and leaves[0][0].grad.device.type == "meta"
