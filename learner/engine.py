@@ -66,6 +66,7 @@ class GradientEngine:
         logprob_chunk: int = 1024,
         pool: BufferPool | None = None,
         router: GradRouter | None = None,
+        kv_limit: int | None = None,
     ) -> None:
         self.core = EngineCore(
             model,
@@ -76,6 +77,7 @@ class GradientEngine:
             logprob_chunk=logprob_chunk,
             pool=pool,
             router=router,
+            kv_limit=kv_limit,
         )
         self.grpo = GrpoGroups(
             self.core,

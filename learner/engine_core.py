@@ -54,6 +54,7 @@ class EngineCore:
         logprob_chunk: int,
         pool: BufferPool | None,
         router: GradRouter | None,
+        kv_limit: int | None = None,
     ) -> None:
         self.model = model
         self.params = params
@@ -63,6 +64,7 @@ class EngineCore:
         self.dtype = accum_dtype
         self.checkpoint = checkpoint
         self.logprob_chunk = logprob_chunk
+        self.kv_limit = kv_limit  # an OPD K/V store grows to this many positions at most
         self.pool = pool or BufferPool(self.acc_device, pin=self.device.type == "cuda")
         self.router = router or GradRouter(
             params, GradSink(self.spec, self.acc_device, accum_dtype)

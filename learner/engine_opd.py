@@ -110,7 +110,8 @@ class OpdTrajectories:
         e = self.core
         t = self.trajs.get(item.traj_id)
         if t is None:  # its own sum, in the accumulator dtype (float64 reaches ~1e-15)
-            t = self.trajs[item.traj_id] = Traj(ParamSum(e.spec, e.pool, e.dtype), KVStore(e.pool))
+            store = KVStore(e.pool, limit=e.kv_limit)
+            t = self.trajs[item.traj_id] = Traj(ParamSum(e.spec, e.pool, e.dtype), store)
         _check(item, t)
         tokens = torch.tensor(item.token_ids, dtype=torch.long, device=e.device)
         past = t.store.past(t.pos) if t.pos else []

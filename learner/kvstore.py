@@ -6,6 +6,8 @@ memory rising with the turn index). Here the K/V live in one buffer per layer th
 doubling; turn j's past is a zero-copy view of its first `pos` positions, made a leaf, and the
 adjoint of that leaf is added into the same positions of a ledger buffer. Turn j's own K/V are
 written behind it after the turn ran. Memory is linear in the trajectory's length.
+Bounded for the plan: growth stops at `limit` (the run's `rollout.max_total_tokens`) unless a turn
+needs more, and buffers are regrown one layer at a time (old + new for one layer, not for all).
 """
 
 from __future__ import annotations
@@ -32,9 +34,12 @@ def _alias(buf: torch.Tensor, upto: int) -> torch.Tensor:
 
 
 class KVStore:
-    def __init__(self, pool: BufferPool, ledger_dtype: torch.dtype | None = None) -> None:
+    def __init__(
+        self, pool: BufferPool, ledger_dtype: torch.dtype | None = None, limit: int | None = None
+    ) -> None:
         self.pool = pool
         self.ledger_dtype = ledger_dtype
+        self.limit = limit  # positions the store grows to at most (more only if a turn needs it)
         self.length = 0
         self.kv: list[list[torch.Tensor]] = []  # per layer [K, V], shape [B, H, cap, D]
         self.ledger: list[list[torch.Tensor]] = []  # same layout, the adjoints (fp32)
@@ -76,23 +81,26 @@ class KVStore:
     def _reserve(self, need: int, like: Sequence[KV]) -> None:
         if need <= self.capacity:
             return
-        cap = max(need, 2 * self.capacity, 16)
-        kv, ledger = [], []
-        for layer, (k, v) in enumerate(like):
+        grown = max(2 * self.capacity, 16)
+        cap = max(need, min(grown, self.limit) if self.limit else grown)
+        for layer, (k, v) in enumerate(like):  # one layer at a time: the old one freed at once
             row, lrow = [], []
             for slot, t in enumerate((k, v)):
                 shape = (t.shape[0], t.shape[1], cap, t.shape[3])
                 new = torch.zeros(shape, dtype=t.dtype, device=t.device)
                 ldt = self.ledger_dtype or torch.promote_types(t.dtype, torch.float32)
                 lnew = torch.zeros(shape, dtype=ldt, device=t.device)
-                if self.kv:
+                if layer < len(self.kv):
                     new[:, :, : self.length].copy_(self.kv[layer][slot][:, :, : self.length])
                     lnew[:, :, : self.length].copy_(self.ledger[layer][slot][:, :, : self.length])
                 row.append(new)
                 lrow.append(lnew)
-            kv.append(row)
-            ledger.append(lrow)
-        self.kv, self.ledger = kv, ledger
+            if layer < len(self.kv):
+                self.kv[layer], self.ledger[layer] = row, lrow
+            else:
+                self.kv.append(row)
+                self.ledger.append(lrow)
+        kv, ledger = self.kv, self.ledger
         nbytes = sum(t.numel() * t.element_size() for layer in kv + ledger for t in layer)
         self.pool.track(nbytes - self._bytes)
         self._bytes = nbytes

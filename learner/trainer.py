@@ -95,6 +95,7 @@ class Learner:
             logprob_chunk=lc.logprob_chunk,
             pool=BufferPool(self.accum_device, pin=self.device.type == "cuda", adders=self.adders),
             router=self.router,
+            kv_limit=self.cfg.rollout.max_total_tokens,
         )
 
     @property

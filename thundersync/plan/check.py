@@ -3,7 +3,7 @@
 Measured (CPU, real allocations of the real learner, small models): the engine's pooled vectors
 at their peak (`BufferPool.peak_held_bytes`: G1/G2, trajectory sums, the update's sum, OPD K/V
 stores) in a GRPO update and an OPD update driven so the plan's worst case is reached (open
-groups at the cap while the update's sum holds two parts; a K/V store just past a doubling);
+groups at the cap while the update's sum holds two parts; a K/V store grown to its limit T);
 the AdamW moments and master copy after the step; the LM head's routing scratch; the bytes
 autograd saves for one segment with and without past (saved-tensor hooks, parameters excluded).
 Counted (meta device, no memory): the 8B / 32B shapes' real parameter tensors against the plan's
@@ -107,7 +107,7 @@ def _grpo(
 
 def _opd(model: Any, shape: ModelShape, case: str, dtype: str) -> list[dict[str, Any]]:
     """Two trajectories close first (the update's sum holds two parts), then one of 128 + 2
-    tokens: its K/V store doubles to 256 positions, the plan's 2T worst case."""
+    tokens: its K/V store would double to 256 positions and stops at T = 130, the plan's figure."""
     from thundersync.learner.sources import OpdClose, OpdTurn
     from thundersync.learner.trainer import Learner
 

@@ -181,11 +181,11 @@ class _Parts:
             )
             return
         self.add(
-            "OPD K/V stores + fp32 ledgers (capacity <= 2T)",
+            "OPD K/V stores + fp32 ledgers (capacity <= T, regrown a layer at a time)",
             self.dev,
             "update",
-            2 * k * t * kv_all * (b + wide),
-            f"2T x max_open_groups x {kv_all} x ({b} + {wide}) B",
+            k * t * kv_all * (b + wide),
+            f"T x max_open_groups x {kv_all} x ({b} + {wide}) B",
         )
         if keep_turn_graphs(self.cfg, self.on_gpu):
             kept = act.kept_prompt(s, b, lc.activation_checkpointing)
