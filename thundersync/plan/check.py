@@ -148,18 +148,24 @@ def _opd(model: Any, shape: ModelShape, case: str, dtype: str) -> list[dict[str,
     ]
 
 
-def _saved(model: Any, own: int, past: int) -> int:
+def _past_leaves(model: Any, past: int) -> list[Any]:
+    """K/V leaves of `past` random tokens (none for 0), made without a graph."""
     from thundersync.learner.boundary import detach_leaves, run_segment
+
+    if not past:
+        return []
+    ids = torch.randint(8, int(model.config.vocab_size), (past,))
+    with torch.no_grad():
+        return detach_leaves(run_segment(model, ids, past=[], start=0).kv)
+
+
+def _saved(model: Any, own: int, past: int) -> int:
+    from thundersync.learner.boundary import run_segment
     from thundersync.learner.logprobs import scored_logprobs
 
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     vocab = int(model.config.vocab_size)
-    leaves: list[Any] = []
-    if past:
-        with torch.no_grad():
-            leaves = detach_leaves(
-                run_segment(model, torch.randint(8, vocab, (past,)), past=[], start=0).kv
-            )
+    leaves = _past_leaves(model, past)
     skip = params | {x.untyped_storage().data_ptr() for kv in leaves for x in kv}
     seen: dict[int, int] = {}
 
@@ -179,17 +185,12 @@ def _saved(model: Any, own: int, past: int) -> int:
 def _kept_per_layer(model: Any, own: int, past: int) -> int:
     """Live bytes a forward under per-layer checkpointing leaves for its backward (`LiveBytes`:
     checkpoint regions keep their inputs in closures, which saved-tensor hooks do not see)."""
-    from thundersync.learner.boundary import detach_leaves, run_segment
+    from thundersync.learner.boundary import run_segment
     from thundersync.learner.logprobs import scored_logprobs
     from thundersync.plan.live import LiveBytes
 
     vocab = int(model.config.vocab_size)
-    leaves: list[Any] = []
-    if past:
-        with torch.no_grad():
-            leaves = detach_leaves(
-                run_segment(model, torch.randint(8, vocab, (past,)), past=[], start=0).kv
-            )
+    leaves = _past_leaves(model, past)
     ids = torch.randint(8, vocab, (own,))
     with LiveBytes() as meter:
         out = run_segment(model, ids, past=leaves, start=past, checkpoint="layer")
