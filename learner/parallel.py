@@ -62,13 +62,14 @@ class ParallelContext:
 def init_process_group(
     rank: int, world: int, port: int, device: torch.device | str = "cpu"
 ) -> ParallelContext:
-    """gloo on CPU; NCCL on CUDA, each rank on GPU `rank % device_count` of its node."""
+    """gloo on CPU; on CUDA NCCL for CUDA tensors and gloo for host ones (a host-placed
+    optimizer's shards), each rank on GPU `rank % device_count` of its node."""
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ["MASTER_PORT"] = str(port)
     device_type = torch.device(device).type
     if device_type == "cuda":
         torch.cuda.set_device(rank % torch.cuda.device_count())
-    backend = "nccl" if device_type == "cuda" else "gloo"
+    backend = "cpu:gloo,cuda:nccl" if device_type == "cuda" else "gloo"
     dist.init_process_group(backend, rank=rank, world_size=world)
     return ParallelContext(rank=rank, world=world, device_type=device_type)
 
@@ -102,16 +103,24 @@ class StepOptimizer(Protocol):
 
 class LocalOptimizer:
     """One process: AdamW on the trainable parameters, or on fp32 master copies of them when the
-    model computes in bf16 (the step and its moments in fp32; the model gets the rounded copy)."""
+    model computes in bf16 (the step and its moments in fp32; the model gets the rounded copy).
+    `device`: where the masters and moments live and the step runs (None: the parameters')."""
 
-    def __init__(self, params: Sequence[nn.Parameter], cfg: OptimConfig) -> None:
+    def __init__(
+        self,
+        params: Sequence[nn.Parameter],
+        cfg: OptimConfig,
+        device: torch.device | None = None,
+    ) -> None:
         self.params = list(params)
-        self.master: list[torch.Tensor] = [
-            p
-            if master_dtype_for(p.dtype) == p.dtype
-            else nn.Parameter(p.detach().to(master_dtype_for(p.dtype)).clone())
-            for p in self.params
-        ]
+
+        def master(p: nn.Parameter) -> torch.Tensor:
+            dtype, where = master_dtype_for(p.dtype), device or p.device
+            if dtype == p.dtype and torch.device(where) == p.device:
+                return p
+            return nn.Parameter(p.detach().to(device=where, dtype=dtype, copy=True))
+
+        self.master: list[torch.Tensor] = [master(p) for p in self.params]
         self.opt = adamw(self.master, cfg)
         self.step_dtype = self.master[0].dtype
 
@@ -142,14 +151,16 @@ class FSDP2Optimizer:
         params: Sequence[nn.Parameter],
         cfg: OptimConfig,
         ctx: ParallelContext,
+        host: bool = False,
     ) -> None:
+        """`host`: the fp32 shards, their moments and the step on the host (a gloo mesh)."""
         from torch.distributed.device_mesh import init_device_mesh
 
         self.ctx = ctx
         self.params = list(params)
         # theta is read from the full replica (the fp32 shards travel in `state_dict`)
         self.master: list[torch.Tensor] = list(self.params)
-        self.mesh = init_device_mesh(ctx.device_type, (ctx.world,))
+        self.mesh = init_device_mesh("cpu" if host else ctx.device_type, (ctx.world,))
         master_dtype = master_dtype_for(self.params[0].dtype)
         # the step gradient reaches the fp32 shards in fp32: narrowing it to the bf16 replica's
         # dtype first rounded every 2-rank bf16 step (0.07 of an update apart from 1 rank)
@@ -238,7 +249,9 @@ def _sharded_copy(model: nn.Module, dtype: torch.dtype, mesh: Any) -> nn.Module:
     for layer in layers or []:
         fully_shard(layer, mesh=mesh)
     fully_shard(shadow, mesh=mesh)
-    device = next(iter(params.values())).device
+    device = torch.device(mesh.device_type)
+    if device.type == "cuda":
+        device = next(iter(params.values())).device
     buffers = {n: b.detach().clone() for n, b in shadow.named_buffers()}
     shadow.to_empty(device=device)
     with torch.no_grad():

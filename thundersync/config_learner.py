@@ -146,6 +146,12 @@ class LearnerConfig(_Section):
     ranks: int = Field(1, ge=1)
     device: Device = Field(Device.AUTO, description="where the learner computes")
     accum_device: AccumDevice = Field(AccumDevice.HOST, description="where accumulators live")
+    optimizer_device: AccumDevice = Field(
+        AccumDevice.DEVICE,
+        description="where the fp32 master weights / shards and AdamW state live and the step "
+        "runs: device (the learner's GPU) or host (as the paper keeps Adam; the GPU then holds "
+        "only the compute replica)",
+    )
     deterministic: bool = Field(
         False, description="torch.use_deterministic_algorithms (+ CUBLAS_WORKSPACE_CONFIG on CUDA)"
     )

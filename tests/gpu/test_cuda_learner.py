@@ -53,6 +53,31 @@ def test_device_accumulators_equal_host_accumulators_on_cuda() -> None:
     assert grads[1].norm() > 0
 
 
+def test_host_placed_optimizer_keeps_master_and_moments_off_the_gpu() -> None:
+    """learner.optimizer_device=host: the bf16 replica on the GPU, the fp32 master copy and its
+    AdamW moments on the host; the parameters after the step are the device-placed ones."""
+    import random
+
+    from thundersync.bench.gpu_checks import SMALL, _long_batch, _model
+    from thundersync.config import Schedule, load_run_config
+    from thundersync.learner.batch_replay import replay_update
+    from thundersync.learner.trainer import Learner
+
+    batch = _long_batch(random.Random(2), 512, 16, 32)
+    learners = {}
+    for where in ("device", "host"):
+        torch.manual_seed(0)
+        cfg = load_run_config(data={"learner": {"device": "cuda", "optimizer_device": where}})
+        learners[where] = Learner(_model(SMALL, 512, torch.bfloat16), cfg)
+        replay_update(learners[where], batch, Schedule.STREAM)
+    host = learners["host"]
+    assert {p.device.type for p in host.params} == {"cuda"}
+    assert {m.device.type for m in host.optimizer.master} == {"cpu"}
+    moments = [t for st in host.optimizer.opt.state.values() for t in st.values() if t.dim()]
+    assert moments and {t.device.type for t in moments} == {"cpu"}
+    assert torch.equal(host.flat_params(), learners["device"].flat_params())
+
+
 def test_deterministic_mode_gives_the_same_bits_twice() -> None:
     from thundersync.bench.gpu_checks import determinism_check
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import pytest
 import torch
 
 from thundersync.bench.equivalence import run_equivalence
@@ -70,3 +71,31 @@ def test_publish_hook_gets_each_new_version_and_its_ack_is_checked(tiny_model_di
     replay_update(learner, batch, Schedule.STREAM)
     replay_update(learner, batch, Schedule.STREAM)
     assert [v for v, _ in calls] == [1, 2] and all(n > 0 for _, n in calls)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_host_placed_optimizer_gives_the_same_updates(
+    tiny_model_dir: Path, dtype: torch.dtype
+) -> None:
+    """`learner.optimizer_device: host` gives the device-placed updates bit for bit (the same
+    AdamW arithmetic on the same values). On this CPU learner host is its device, so the fp32
+    model steps in place and bf16 keeps its fp32 master copy; that the copy and the moments then
+    leave the GPU is checked in tests/gpu/test_cuda_learner.py."""
+    rng = random.Random(3)
+    batches = [
+        make_grpo_batch(rng, vocab=512, groups=2, group_size=4, tag=f"u{k}") for k in range(3)
+    ]
+    learners = {}
+    for where in ("device", "host"):
+        cfg = load_run_config(data={"optim": {"lr": 1e-2}, "learner": {"optimizer_device": where}})
+        learner = Learner(load_model(tiny_model_dir, dtype=dtype), cfg)
+        for b in batches:
+            replay_update(learner, b, Schedule.STREAM)
+        learners[where] = learner
+    host = learners["host"]
+    assert {m.device.type for m in host.optimizer.master} == {"cpu"}
+    assert host.master_dtype == torch.float32
+    assert torch.equal(host.flat_params(), learners["device"].flat_params())
+    model_params = torch.cat([p.detach().double().reshape(-1) for p in host.params])
+    other = torch.cat([p.detach().double().reshape(-1) for p in learners["device"].params])
+    assert torch.equal(model_params, other)

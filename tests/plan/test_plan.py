@@ -186,3 +186,21 @@ def test_8b_grpo_at_32k_tokens_fits_an_h200_with_per_layer_checkpointing() -> No
     assert plan.fits, plan.per_gpu_bytes / GB
     acts = next(c for c in plan.components if c.name.startswith("activations"))
     assert acts.bytes < 25 * GB
+
+
+def test_host_placed_optimizer_leaves_the_replica_on_the_gpu() -> None:
+    """`learner.optimizer_device: host` (the paper's Adam on the host): per GPU the replica and
+    rank 0's delta base; the fp32 shards and AdamW moments count once per rank on the host."""
+    s = load_shape("qwen3-8b")
+    n, h200 = s.params, Machine(8, 141 * GB, 2048 * GB)
+    dev = plan_memory(load_run_config("grpo-qwen3-8b"), s, h200)
+    host_cfg = load_run_config("grpo-qwen3-8b", {"learner": {"optimizer_device": "host"}})
+    host = plan_memory(host_cfg, s, h200)
+    static = [c for c in host.components if c.phase == "static"]
+    assert sum(c.bytes for c in static if c.where == "gpu") == 2 * n + 2 * n
+    # per rank fp32 shards 4N / 4 and moments 8N / 4 bytes: 12N more on the host for 4 ranks
+    moved = sum(c.bytes for c in static if c.where == "host") - sum(
+        c.bytes for c in dev.components if c.phase == "static" and c.where == "host"
+    )
+    assert moved == 4 * n + 8 * n
+    assert not [c for c in host.components if c.where == "gpu" and c.phase == "step"]

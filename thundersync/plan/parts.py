@@ -73,6 +73,8 @@ class _Parts:
         self.w, self.k, self.t = lc.ranks, lc.max_open_groups, cfg.rollout.max_total_tokens
         self.dev = "gpu" if on_gpu else "host"
         self.acc = self.dev if accum_on_gpu(cfg, on_gpu) or not on_gpu else "host"
+        # the fp32 master / shards and AdamW state (`learner.optimizer_device`)
+        self.opt = "host" if lc.optimizer_device == "host" else self.dev
         self.out: list[Component] = []
 
     def add(
@@ -89,30 +91,30 @@ class _Parts:
         )
         if w > 1:
             self.add(
-                "FSDP2 master shards (fp32 deep copy)",
-                self.dev,
+                "FSDP2 master shards (fp32)",
+                self.opt,
                 "static",
                 self.n_all * m / w,
                 f"N x {m} B / {w}",
             )
             self.add(
                 "AdamW moments (sharded)",
-                self.dev,
+                self.opt,
                 "static",
                 2 * n_t * m / w,
                 f"2 x N_t x {m} B / {w}",
             )
             self.add(
                 "FSDP2 init: one tensor at a time (full + its shard)",
-                self.dev,
+                self.opt,
                 "startup",
                 2 * self.s.largest_param * m,
                 f"2 x largest x {m} B",
             )
         else:
-            if m != b:
-                self.add("master weights (fp32 copy)", self.dev, "static", n_t * m, f"N_t x {m} B")
-            self.add("AdamW moments", self.dev, "static", 2 * n_t * m, f"2 x N_t x {m} B")
+            if m != b or self.opt != self.dev:
+                self.add("master weights (fp32 copy)", self.opt, "static", n_t * m, f"N_t x {m} B")
+            self.add("AdamW moments", self.opt, "static", 2 * n_t * m, f"2 x N_t x {m} B")
         if not self.on_gpu and not self.cfg.model.lora_rank and not self.s.tied:
             wide = max(b, 4)
             self.add(
@@ -223,16 +225,16 @@ class _Parts:
                     bucket,
                     f"min(N_t x 8 B, reduce_bucket_mb {mb:g} MiB)",
                 )
-            self.add("FSDP2 gradient shards", dev, "step", n_t * m / w, f"N_t x {m} B / {w}")
+            self.add("FSDP2 gradient shards", self.opt, "step", n_t * m / w, f"N_t x {m} B / {w}")
             big = self.s.largest_param * m * 2
             self.add(
                 "one whole tensor (grad copy, full_tensor)",
-                dev,
+                self.opt,
                 "step",
                 big,
                 f"2 x largest x {m} B",
             )
-        elif self.on_gpu:
+        elif self.on_gpu and self.opt == dev:
             self.add("step gradient copied to the device", dev, "step", n_t * m, f"N_t x {m} B")
         if self.on_gpu and self.acc == "host":
             self.add("pinned gradient staging", "host", "static", n_t * self.a, f"N_t x {self.a} B")
