@@ -80,6 +80,7 @@ def causal_attention(
             repeat_kv(key, groups),
             repeat_kv(value, groups),
             attn_mask=bias,
+            dropout_p=kwargs.get("dropout", 0.0),
             scale=kwargs.get("scaling"),
         )
         return out.transpose(1, 2).contiguous(), None
