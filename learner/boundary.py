@@ -58,27 +58,28 @@ class SegmentOutput:
 
 
 class _ReplayLayer(DynamicLayer):
-    """A cache layer whose `update` may run twice (a checkpointed layer's recompute): the keys
-    are always the fixed past plus the latest own K/V, never past + own + own."""
+    """A cache layer whose `update` may run again (a checkpointed layer's recompute): it returns
+    the fixed past plus the new K/V and stores nothing it concatenated, so neither a second call
+    nor the backward keeps a [past; own] copy; the forward's own K/V are kept once (`own`)."""
 
     def __init__(self, past: KV | None) -> None:
         super().__init__()
         self.past = past
+        self.own: KV | None = None
+        self.recorded = False
         if past is not None:
             self.lazy_initialization(*past)
-            self.keys, self.values = past
+            self.keys, self.values = past  # what get_seq_length / mask sizes read
 
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
+        if not self.recorded:  # the forward, not a recompute
+            self.own, self.recorded = (key_states, value_states), True
         if self.past is None:
-            self.keys, self.values = key_states, value_states
-        else:
-            self.keys = torch.cat([self.past[0], key_states], dim=-2)
-            self.values = torch.cat([self.past[1], value_states], dim=-2)
-        return self.keys, self.values
+            return key_states, value_states
+        k = torch.cat([self.past[0], key_states], dim=-2)
+        return k, torch.cat([self.past[1], value_states], dim=-2)
 
 
 @contextmanager
@@ -129,15 +130,18 @@ def _decode(
             out = decoder(**kwargs)
     else:
         out = decoder(**kwargs)  # LoRA layers, if any, are injected in place
+    if per_layer:  # the checkpoints hold the cache until backward: it lets go of own K/V
+        own = []
+        for layer in out.past_key_values.layers:
+            own += [t.contiguous() for t in layer.own]
+            layer.own = None
+        return (out.last_hidden_state[0], *own)
     # own K/V as compact tensors: a view would keep the whole [past; own] concatenation alive
     own = [
         t[:, :, past_len:].contiguous()
         for layer in out.past_key_values.layers
         for t in (layer.keys, layer.values)
     ]
-    if per_layer:  # the checkpoints hold the cache until backward: not its [past; own] copies
-        for layer in out.past_key_values.layers:
-            layer.keys = layer.values = None
     return (out.last_hidden_state[0], *own)
 
 
