@@ -69,27 +69,34 @@ def causal_attention(
     if attention_mask is not None or q_len == 1 or q_len >= kv_len:
         return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
     past = kv_len - q_len
+    groups = getattr(module, "num_key_value_groups", 1)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    drop, scale = kwargs.get("dropout", 0.0), kwargs.get("scaling")
     if past > q_len:
         # the bias is an empty marker tensor: made outside any dispatch mode (FakeTensor, a
         # memory meter), which would otherwise claim it before it becomes a CausalBias
         with _disable_current_modes():
             bias = causal_lower_right(q_len, kv_len)
-        groups = getattr(module, "num_key_value_groups", 1)
-        out = torch.nn.functional.scaled_dot_product_attention(
-            query,
-            repeat_kv(key, groups),
-            repeat_kv(value, groups),
-            attn_mask=bias,
-            dropout_p=kwargs.get("dropout", 0.0),
-            scale=kwargs.get("scaling"),
-        )
+        k, v = repeat_kv(key, groups), repeat_kv(value, groups)
+        out = sdpa(query, k, v, attn_mask=bias, dropout_p=drop, scale=scale)
         return out.transpose(1, 2).contiguous(), None
-    pad = query.new_zeros(*query.shape[:2], past, query.shape[3])
-    out, _ = sdpa_attention_forward(
-        module, torch.cat([pad, query], dim=2), key, value, None, **kwargs
+    # grouped K/V stay grouped where a fused kernel takes them (CPU flash; CUDA flash is 16-bit
+    # only, and fp32 there would fall to the math kernel, which keeps [H, L, L] scores)
+    gqa = groups > 1 and (query.device.type == "cpu" or query.element_size() == 2)
+    k, v = (
+        (key, value) if gqa or groups == 1 else (repeat_kv(key, groups), repeat_kv(value, groups))
     )
-    # a compact copy: a view would keep (and o_proj save) the padded rows too
-    return out[:, past:].clone(), None  # [B, q, H, d]
+    pad = query.new_zeros(*query.shape[:2], past, query.shape[3])
+    out = sdpa(
+        torch.cat([pad, query], dim=2),
+        k,
+        v,
+        is_causal=True,
+        dropout_p=drop,
+        scale=scale,
+        enable_gqa=gqa,
+    )
+    return out[:, :, past:].transpose(1, 2).contiguous(), None  # [B, q, H, d], padding dropped
 
 
 def _register() -> None:
