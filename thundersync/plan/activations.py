@@ -66,9 +66,11 @@ def segment_bytes(
     if past > own:  # K/V repeated; off CUDA the bias is a mask SDPA saves per layer in dtype b
         kv = s.layers * layer_kv(s, b, True) * (own + past)
         return own * per_own + kv + (0 if cuda else s.layers * own * (own + past) * b)
-    # padded query: the padded rows, and one more q-sized row per own token (measured)
+    # padded query: the padded rows, and one more q-sized row per own token (measured); K/V
+    # stay grouped but for fp32 on CUDA (its flash kernel is 16-bit only: repeated there)
     padded = s.layers * (past * padded_row(s, b) + own * b * s.q_dim) if past else 0
-    return own * per_own + s.layers * layer_kv(s, b, False) * (own + past) + padded
+    repeated = cuda and b > 2 and past > 0
+    return own * per_own + s.layers * layer_kv(s, b, repeated) * (own + past) + padded
 
 
 def layer_kept(s: ModelShape, b: int) -> int:
