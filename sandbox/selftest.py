@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from thundersync.sandbox.executor import Executor, Limits, Session, SessionSpec
+from thundersync.sandbox.executor import ExecResult, Executor, Limits, Session, SessionSpec
 
 
 @dataclass
@@ -126,7 +126,7 @@ def attack_fork_bomb(s: Session) -> tuple[bool, str]:
     r = s.exec(f"{marker}(){{ {marker}|{marker} & }}; {marker}; sleep 5", timeout=8)
     left = _wait_gone(marker)
     alive = subprocess.run(["true"], check=False).returncode == 0
-    after = s.exec("echo alive", timeout=30)
+    after = _probe(s, "echo alive")
     ok = not left and alive and after.stdout.strip() == "alive"
     return ok, f"returned after {r.duration_s}s; leftovers {len(left)}; next exec ok={after.ok}"
 
@@ -202,13 +202,27 @@ def attack_disk_fill(s: Session) -> tuple[bool, str]:
     return size <= limit, f"file reached {size} bytes (limit {limit})"
 
 
+def _probe(s: Session, cmd: str) -> ExecResult:
+    """An idempotent probe, asked again (at most twice) when the container engine lost its
+    output (podman #21741, seen under CI load): read as empty, it failed a contained attack."""
+    r = s.exec(cmd, timeout=30)
+    for _ in range(2):
+        if not r.output_lost:
+            break
+        r = s.exec(cmd, timeout=30)
+    return r
+
+
 def _quota_fill(s: Session, cmd: str, flag: str, limit: int) -> tuple[bool, str]:
     r = s.exec(cmd, timeout=120)
-    used = s.exec(f"df -P {flag} /task | tail -1", timeout=30).stdout.split()
+    used = _probe(s, f"df -P {flag} /task | tail -1").stdout.split()
     n = int(used[2]) if len(used) > 2 and used[2].isdigit() else -1
     full = "No space left on device" in r.stderr
-    alive = s.exec("echo alive", timeout=30).stdout == "alive\n"
-    return full and 0 <= n <= limit and alive, f"used {n} of {limit}; ENOSPC={full} alive={alive}"
+    probe = _probe(s, "echo alive")
+    alive = probe.stdout == "alive\n"
+    why = "" if alive else f" (probe exit {probe.exit_code}, output_lost={probe.output_lost})"
+    ok = full and 0 <= n <= limit and alive
+    return ok, f"used {n} of {limit}; ENOSPC={full} alive={alive}{why}"
 
 
 def attack_disk_quota(s: Session) -> tuple[bool, str]:
