@@ -126,7 +126,7 @@ def attack_fork_bomb(s: Session) -> tuple[bool, str]:
     r = s.exec(f"{marker}(){{ {marker}|{marker} & }}; {marker}; sleep 5", timeout=8)
     left = _wait_gone(marker)
     alive = subprocess.run(["true"], check=False).returncode == 0
-    after = _probe(s, "echo alive")
+    after = probe(s, "echo alive")
     ok = not left and alive and after.stdout.strip() == "alive"
     return ok, f"returned after {r.duration_s}s; leftovers {len(left)}; next exec ok={after.ok}"
 
@@ -202,9 +202,10 @@ def attack_disk_fill(s: Session) -> tuple[bool, str]:
     return size <= limit, f"file reached {size} bytes (limit {limit})"
 
 
-def _probe(s: Session, cmd: str) -> ExecResult:
+def probe(s: Session, cmd: str) -> ExecResult:
     """An idempotent probe, asked again (at most twice) when the container engine lost its
-    output (podman #21741, seen under CI load): read as empty, it failed a contained attack."""
+    output (podman #21741, seen under CI load after bombs and disk fills): read as empty, a
+    contained attack or a usable session would look broken. Never for a command with effects."""
     r = s.exec(cmd, timeout=30)
     for _ in range(2):
         if not r.output_lost:
@@ -215,12 +216,12 @@ def _probe(s: Session, cmd: str) -> ExecResult:
 
 def _quota_fill(s: Session, cmd: str, flag: str, limit: int) -> tuple[bool, str]:
     r = s.exec(cmd, timeout=120)
-    used = _probe(s, f"df -P {flag} /task | tail -1").stdout.split()
+    used = probe(s, f"df -P {flag} /task | tail -1").stdout.split()
     n = int(used[2]) if len(used) > 2 and used[2].isdigit() else -1
     full = "No space left on device" in r.stderr
-    probe = _probe(s, "echo alive")
-    alive = probe.stdout == "alive\n"
-    why = "" if alive else f" (probe exit {probe.exit_code}, output_lost={probe.output_lost})"
+    after = probe(s, "echo alive")
+    alive = after.stdout == "alive\n"
+    why = "" if alive else f" (probe exit {after.exit_code}, output_lost={after.output_lost})"
     ok = full and 0 <= n <= limit and alive
     return ok, f"used {n} of {limit}; ENOSPC={full} alive={alive}{why}"
 

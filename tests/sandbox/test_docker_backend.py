@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from thundersync.sandbox.docker_backend import DockerExecutor, DockerSession
-from thundersync.sandbox.executor import ExecResult, SandboxError, SessionSpec
-from thundersync.sandbox.selftest import ATTACKS, run_selftest
+from thundersync.sandbox.docker_backend import DockerExecutor
+from thundersync.sandbox.executor import SandboxError, SessionSpec
+from thundersync.sandbox.selftest import ATTACKS, probe, run_selftest
 
 
 @pytest.fixture(scope="module")
@@ -32,19 +32,6 @@ def test_docker_selftest_contains_every_attack(docker_executor: DockerExecutor) 
     assert report["attacks"] == len(ATTACKS) and not bad, bad
 
 
-def _probe(s: DockerSession, cmd: str) -> ExecResult:
-    """An idempotent probe after a fork bomb. Podman can lose an exec's output (#21741, seen
-    here under CI load after bombs); the backend flags that (`output_lost`). What these tests
-    check is containment, so a probe whose output the engine lost is asked again (at most
-    twice), never read as empty."""
-    r = s.exec(cmd, timeout=30)
-    for _ in range(2):
-        if not r.output_lost:
-            break
-        r = s.exec(cmd, timeout=30)
-    return r
-
-
 def test_fork_bomb_is_contained_and_the_session_stays_usable(
     docker_executor: DockerExecutor,
 ) -> None:
@@ -53,7 +40,7 @@ def test_fork_bomb_is_contained_and_the_session_stays_usable(
         r = s.exec("b(){ b|b & }; b; sleep 3", timeout=6)
         assert not r.ok or r.exit_code == 0  # data, not an exception
         for _ in range(3):  # pid 1 reaps; the wrapper killed every leftover
-            after = _probe(s, "echo alive; ls /proc | grep -c '^[0-9]'")
+            after = probe(s, "echo alive; ls /proc | grep -c '^[0-9]'")
             # [:1], not [0]: an empty stdout must fail with the whole result (exit code,
             # stderr, duration) in the message, not with an IndexError that hides it
             assert after.stdout.split()[:1] == ["alive"], after
@@ -73,7 +60,7 @@ def test_wedged_container_recovers_by_restart_keeping_files(
         eid = api.exec_create(s.container.id, ["bash", "-c", "b(){ b|b & }; b"], user="0")
         api.exec_start(eid, detach=True)
         time.sleep(1)  # let it fill the pids limit
-        after = _probe(s, "echo alive")
+        after = probe(s, "echo alive")
         assert after.stdout.strip() == "alive", after
         assert s.get_file("keep.txt") == b"kept"
 
