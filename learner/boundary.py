@@ -169,7 +169,7 @@ def run_segment(
             raise ValueError(f"segment starts at position {start} but its past holds {held}")
     elif start != 0:
         raise ValueError(f"a segment without past must start at position 0, not {start}")
-    mode = as_checkpointing(checkpoint) if torch.is_grad_enabled() else Checkpointing.NONE
+    mode = Checkpointing.of(checkpoint) if torch.is_grad_enabled() else Checkpointing.NONE
     if mode is Checkpointing.SEGMENT:
         from torch.utils.checkpoint import checkpoint as ckpt
 
@@ -185,12 +185,6 @@ def run_segment(
     hidden, own = outs[0], outs[1:]
     kv = [(own[i], own[i + 1]) for i in range(0, len(own), 2)]
     return SegmentOutput(hidden=hidden, kv=kv)
-
-
-def as_checkpointing(value: Checkpointing | bool | str) -> Checkpointing:
-    if isinstance(value, bool):
-        return Checkpointing.SEGMENT if value else Checkpointing.NONE
-    return Checkpointing(value)
 
 
 def detach_leaves(kv: Sequence[KV]) -> list[KV]:

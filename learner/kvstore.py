@@ -100,8 +100,7 @@ class KVStore:
             else:
                 self.kv.append(row)
                 self.ledger.append(lrow)
-        kv, ledger = self.kv, self.ledger
-        nbytes = sum(t.numel() * t.element_size() for layer in kv + ledger for t in layer)
+        nbytes = sum(t.numel() * t.element_size() for layer in self.kv + self.ledger for t in layer)
         self.pool.track(nbytes - self._bytes)
         self._bytes = nbytes
 

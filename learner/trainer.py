@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from thundersync.config import AccumDevice, OpdTurnGraphs, RunConfig, Schedule
+from thundersync.config import OpdTurnGraphs, RunConfig, Schedule
 from thundersync.learner.accumulators import BufferPool, FlatSpec
 from thundersync.learner.arch import check_cuttable
 from thundersync.learner.attention import use_causal_kernel
@@ -69,11 +69,12 @@ class Learner:
         self.router = GradRouter(self.params, GradSink(flat, self.accum_device, acc_dtype))
         self.adders = _adders(cfg.learner.host_threads)  # for the learner's life
         self.optimizer: StepOptimizer
-        on_host = cfg.learner.optimizer_device is AccumDevice.HOST
+        # the fp32 master / shards and AdamW: on the host or the compute device, as accumulators
+        where = accumulator_device(cfg.learner.optimizer_device, self.device)
         if self.ctx.distributed:
+            on_host = where.type == "cpu"
             self.optimizer = FSDP2Optimizer(model, self.params, cfg.optim, self.ctx, host=on_host)
         else:
-            where = torch.device("cpu") if on_host else None
             self.optimizer = LocalOptimizer(self.params, cfg.optim, device=where)
 
     def open_update(self, schedule: Schedule | None = None) -> GradientEngine:

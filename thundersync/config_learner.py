@@ -48,6 +48,13 @@ class Checkpointing(StrEnum):
     # context: the peak is the boundaries plus one layer)
     LAYER = "layer"
 
+    @classmethod
+    def of(cls, value: Checkpointing | bool | str) -> Checkpointing:
+        """A mode from its name, or from a bool (recipes before `layer`: true = segment)."""
+        if isinstance(value, bool):
+            return cls.SEGMENT if value else cls.NONE
+        return cls(value)
+
 
 class GroupReduction(StrEnum):
     SUM = "sum"  # the paper: g_k = sum over groups of the group directions g_G
@@ -202,9 +209,9 @@ class LearnerConfig(_Section):
     @field_validator("activation_checkpointing", mode="before")
     @classmethod
     def _checkpointing_bool(cls, v: object) -> object:
-        if isinstance(v, bool):  # recipes before `layer` existed
-            return Checkpointing.SEGMENT if v else Checkpointing.NONE
-        return v
+        return (
+            Checkpointing.of(v) if isinstance(v, bool) else v
+        )  # an unknown name: the enum's error
 
     @field_validator("token_weighting")
     @classmethod
