@@ -167,13 +167,11 @@ class BufferPool:
     def __init__(
         self,
         device: torch.device | str,
-        pin: bool = False,
         shared: FreeLists | None = None,
         adders: ThreadPoolExecutor | None = None,
     ) -> None:
         self.device = torch.device(device)
         self.adders = adders  # threads for host adds into these buffers (`learner.host_threads`)
-        self.pin = pin and self.device.type == "cpu" and torch.cuda.is_available()
         self._free: FreeLists = shared if shared is not None else free_lists()
         self.held_bytes = 0
         self.peak_held_bytes = 0
@@ -191,7 +189,7 @@ class BufferPool:
             # them back first, so the new buffer can take their memory
             self._drop_other_keys((numel, dtype))
             make = torch.zeros if zero else torch.empty
-            buf = make(numel, dtype=dtype, device=self.device, pin_memory=self.pin)
+            buf = make(numel, dtype=dtype, device=self.device)
             self.allocations += 1
         self.track(buf.numel() * buf.element_size())
         return buf

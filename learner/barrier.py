@@ -65,14 +65,10 @@ def barrier_step(
         )
     t0 = time.perf_counter()
     engine.pool.drop_free()  # the group buffers are done: their memory is the step's now
-    if ctx.distributed:
-        engine.acc.widen()  # every rank all-reduces the same dtype, one plain vector
-        ctx.all_reduce_sum(engine.acc.grad)
     counts = torch.tensor(
         [float(engine.acc.groups_closed), float(engine.acc.scored_tokens)], dtype=torch.float64
     )
-    ctx.all_reduce_sum(counts)
-    t1 = time.perf_counter()
+    ctx.all_reduce_sum(counts)  # first: the normaliser is needed as the sum is reduced
     per_group = objective is Objective.GRPO and group_reduction is not GroupReduction.TOKEN_MEAN
     sources = float(counts[0] if per_group else counts[1])
     if sources <= 0:
@@ -81,9 +77,12 @@ def barrier_step(
         )
     summed = objective is Objective.GRPO and group_reduction is GroupReduction.SUM
     normaliser = 1.0 if summed else sources
-    # -sum / normaliser in the master dtype, inside the accumulator's own storage
+    # -sum / normaliser in the master dtype, inside the accumulator's own storage; ranks > 1 sum
+    # each float64 bucket over the ranks as it is read (no widened 8N vector)
     master = optimizer.step_dtype if optimizer.master else None
-    grad, norm = engine.acc.finish(normaliser, master)
+    reduce = ctx.reduce_bucket if ctx.distributed else None
+    grad, norm = engine.acc.finish(normaliser, master, reduce, ctx.bucket_bytes // 8)
+    t1 = time.perf_counter()
     if not math.isfinite(norm):
         raise BarrierError(f"update {version}: gradient norm is {norm}; the step was not taken")
     clip = min(1.0, max_grad_norm / (norm + 1e-6))

@@ -65,7 +65,7 @@ class EngineCore:
         self.checkpoint = checkpoint
         self.logprob_chunk = logprob_chunk
         self.kv_limit = kv_limit  # an OPD K/V store grows to this many positions at most
-        self.pool = pool or BufferPool(self.acc_device, pin=self.device.type == "cuda")
+        self.pool = pool or BufferPool(self.acc_device)
         self.router = router or GradRouter(
             params, GradSink(self.spec, self.acc_device, accum_dtype)
         )

@@ -36,23 +36,25 @@ class ParallelContext:
         return self.world > 1
 
     def all_reduce_sum(self, t: torch.Tensor) -> torch.Tensor:
-        """In place, bucket by bucket: host accumulators cross to the GPU for NCCL one bucket at
-        a time and come back, so the GPU holds one bucket, not the whole fp64 sum (8N bytes).
-        Each element is still the sum of the ranks' values (2 ranks: bit for bit the same)."""
+        """In place, bucket by bucket (`reduce_bucket`). Each element is still the sum of the
+        ranks' values (2 ranks: bit for bit the same)."""
         if not self.distributed:
             return t
         flat = t.view(-1)
         step = max(1, self.bucket_bytes // t.element_size())
-        staged = self.device_type == "cuda" and not t.is_cuda
         for i in range(0, flat.numel(), step):
-            part = flat[i : i + step]
-            if staged:
-                on_gpu = part.to(torch.device("cuda", torch.cuda.current_device()))
-                dist.all_reduce(on_gpu, op=dist.ReduceOp.SUM)
-                part.copy_(on_gpu)
-            else:
-                dist.all_reduce(part, op=dist.ReduceOp.SUM)
+            self.reduce_bucket(flat[i : i + step])
         return t
+
+    def reduce_bucket(self, part: torch.Tensor) -> None:
+        """Sum one bucket over the ranks in place. A host bucket crosses to the GPU for NCCL and
+        comes back, so the GPU holds one bucket, never the whole fp64 sum (8N bytes)."""
+        if self.device_type == "cuda" and not part.is_cuda:
+            on_gpu = part.to(torch.device("cuda", torch.cuda.current_device()))
+            dist.all_reduce(on_gpu, op=dist.ReduceOp.SUM)
+            part.copy_(on_gpu)
+        else:
+            dist.all_reduce(part, op=dist.ReduceOp.SUM)
 
     def owns(self, index: int) -> bool:
         """Sources are placed on ranks by group / trajectory index, round robin."""

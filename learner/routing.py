@@ -6,8 +6,9 @@ holds a full-size gradient vector. Custom autograd functions that can do better 
 `p.grad` (the embedding's rows, the LM head's dW in a reused buffer: `learner.routed_ops`) ask
 `active_router()` and add through it directly.
 
-On CUDA with host accumulators, gradients are copied on a side stream into a pinned staging
-buffer before the host adds (`GradSink`).
+On CUDA with host accumulators, gradients are copied on a side stream into a bounded pinned
+staging ring before the host adds (`GradSink`); a full ring is drained (waited for and added) and
+reused, so the pinned memory is a few of the largest gradients, not a second copy of the model.
 """
 
 from __future__ import annotations
@@ -21,6 +22,15 @@ from thundersync.learner.accumulators import FlatSpec, ParamSum
 
 _ACTIVE: list[GradRouter] = []  # the router of the backward now running (backwards do not nest)
 _CLAIM = "_tsrl_direct_grad"  # marks a parameter (a WeakSet would compare tensors elementwise)
+_MIN_RING_BYTES = 256 * 2**20  # fewer drains per backward; small next to an 8B+ model
+
+
+def ring_numel(largest: int, total: int, itemsize: int) -> int:
+    """The staging ring's elements: room for two of the largest gradients (a drain then frees at
+    least half of it), at least 256 MiB, at most the model; a power of two in bytes, as the
+    pinned allocator rounds a block up to one anyway."""
+    want = max(2 * largest * itemsize, _MIN_RING_BYTES)
+    return min((1 << (want - 1).bit_length()) // itemsize, total)
 
 
 def active_router() -> GradRouter | None:
@@ -39,29 +49,46 @@ def claimed(p: torch.Tensor) -> bool:
 class GradSink:
     """Brings a source's gradients to the accumulator device.
 
-    Same device: the gradients themselves (no copy). CUDA -> host: copied on a side stream into
-    one pinned staging buffer (reused for every source), so the copy does not serialise with the
-    compute stream's next kernels and runs at pinned-memory bandwidth. A staged view is valid
-    until the same parameter is staged again: `wait`, then add it where it must outlive that.
+    Same device: the gradients themselves (no copy). Another device (CUDA -> host): copied into a
+    staging ring (pinned for CUDA, on a side stream so the copy does not serialise with the
+    compute stream's next kernels). A staged view is valid until `reset`; `stage` returns None
+    when the ring has no room left: the caller drains (`wait`, adds, `reset`) and stages again.
     """
 
-    def __init__(self, spec: FlatSpec, acc_device: torch.device, dtype: torch.dtype) -> None:
+    def __init__(
+        self,
+        spec: FlatSpec,
+        acc_device: torch.device,
+        dtype: torch.dtype,
+        ring: int | None = None,
+    ) -> None:
         self.spec = spec
         self.acc_device = acc_device
         self.dtype = dtype
-        self._staging: list[torch.Tensor] | None = None
+        self.ring = ring or ring_numel(max(spec.numels), spec.total, dtype.itemsize)
+        self._buf: torch.Tensor | None = None
+        self._at = 0
         self._stream: torch.cuda.Stream | None = None
+        self.drains = 0
 
-    def stage(self, i: int, g: torch.Tensor) -> torch.Tensor:
-        """Start copying parameter i's gradient into its pinned staging view (see `wait`)."""
-        if self._staging is None:  # one pinned buffer for every source, made at the first copy
-            pinned = torch.empty(self.spec.total, dtype=self.dtype, pin_memory=True)
-            self._staging = self.spec.unflatten(pinned)
-            self._stream = torch.cuda.Stream(device=g.device)
+    def stage(self, g: torch.Tensor) -> torch.Tensor | None:
+        """Start copying a gradient into the ring (see `wait`); None: the ring is full."""
+        if self._buf is None:  # made at the first copy, reused by every source
+            self._buf = torch.empty(self.ring, dtype=self.dtype, pin_memory=g.is_cuda)
+            if g.is_cuda:
+                self._stream = torch.cuda.Stream(device=g.device)
+        n = g.numel()
+        if n > self.ring:
+            raise ValueError(f"a gradient of {n} elements exceeds the staging ring ({self.ring})")
+        if self._at + n > self.ring:
+            return None
+        view = self._buf[self._at : self._at + n].view(g.shape)
+        self._at += n
         stream = self._stream
-        assert stream is not None
+        if stream is None:
+            view.copy_(g)
+            return view
         stream.wait_stream(torch.cuda.current_stream(g.device))
-        view = self._staging[i]
         with torch.cuda.stream(stream):
             view.copy_(g, non_blocking=True)
             g.record_stream(stream)
@@ -70,6 +97,10 @@ class GradSink:
     def wait(self) -> None:
         if self._stream is not None:
             self._stream.synchronize()
+
+    def reset(self) -> None:
+        """The staged views are spent: the ring is free again."""
+        self._at = 0
 
 
 Target = tuple[ParamSum, float]  # (a sum, the weight its gradients get)
@@ -82,7 +113,7 @@ class GradRouter:
     every target (`sum_i += w * grad`) and dropped at once, so a source never holds a
     full-size gradient vector (autograd.grad would return all of them together). Outside a
     routed backward the hooks do nothing. Across devices (CUDA compute, host sums) the hook
-    copies into the sink's pinned staging buffer and the adds run once the backward is done.
+    copies into the sink's staging ring; the adds run when it is full and when the backward ends.
     """
 
     def __init__(self, params: Sequence[torch.Tensor], sink: GradSink) -> None:
@@ -172,7 +203,12 @@ class GradRouter:
         g = p.grad
         p.grad = None
         if g.device != self.sink.acc_device:
-            self._staged.append((i, self.sink.stage(i, g)))
+            view = self.sink.stage(g)
+            if view is None:  # the ring is full: add what it holds, then it is free again
+                self._drain(self._targets)
+                view = self.sink.stage(g)
+                assert view is not None
+            self._staged.append((i, view))
             return
         if claimed(p):  # joins the direct routes' part of this backward
             buf, empty = self.dense(p, g.dtype)
@@ -202,15 +238,24 @@ class GradRouter:
                 retain_graph=retain_graph,
             )
             self._flush(targets)
-            if self._staged:
-                self.sink.wait()
-                for i, g in self._staged:
-                    self._add(targets, i, g)
+            self._drain(targets)
         finally:
             _ACTIVE.pop()
             self._targets = None
             self._pending.clear()
             self._staged = []
+            self.sink.reset()
+
+    def _drain(self, targets: list[Target]) -> None:
+        """Wait for the staged copies, add them into the sums and free the ring."""
+        if not self._staged:
+            return
+        self.sink.wait()
+        for i, g in self._staged:
+            self._add(targets, i, g)
+        self._staged = []
+        self.sink.reset()
+        self.sink.drains += 1
 
     def remove(self) -> None:
         for h in self._handles:

@@ -96,7 +96,7 @@ class Learner:
             checkpoint=lc.activation_checkpointing,
             keep_turn_graphs=self.keep_turn_graphs,
             logprob_chunk=lc.logprob_chunk,
-            pool=BufferPool(self.accum_device, pin=self.device.type == "cuda", adders=self.adders),
+            pool=BufferPool(self.accum_device, adders=self.adders),
             router=self.router,
             kv_limit=self.cfg.rollout.max_total_tokens,
         )

@@ -14,7 +14,8 @@ half are stored in the first buffer's bytes of that chunk, those of its second h
 buffer's. A chunk's values are read into a small scratch, updated in float64 and written back to
 the bytes they came from, so every value is exactly the float64 the plain buffer would hold, and
 `finish` (divide, norm, narrow to the step's dtype) gives the same bits as the plain path: both go
-through `finish_blocks`. Ranks that all-reduce materialise a plain float64 vector (`widen`).
+through `finish_blocks`. Ranks > 1 reduce inside it, one float64 bucket at a time as it is read,
+and write the narrowed result into their own buffers: no widened 8N vector (`_finish_reduced`).
 """
 
 from __future__ import annotations
@@ -40,23 +41,32 @@ def finish_blocks(
     read: Callable[[int, int, torch.Tensor], None],
     write: Callable[[int, int, torch.Tensor], None],
     normaliser: float,
+    reduce: Callable[[torch.Tensor], None] | None = None,
+    bucket: int = _BLOCK,
 ) -> float:
     """For each block: float64 values -> / -normaliser -> partial norm -> written narrowed.
 
     `read(i0, i1, out)` fills `out` with the float64 values of elements [i0, i1); `write(i0,
     i1, vals)` stores them in the step's dtype. Blocks go front to back, each read whole before
     it is written, so a narrowing written into the same storage never overwrites unread values.
-    Returns the 2-norm, accumulated per block in float64 (the same order for every layout).
+    `reduce(vals)` (ranks > 1) sums a read bucket of `bucket` elements over the ranks in place
+    before it is used: the whole float64 sum is never materialised. Returns the 2-norm,
+    accumulated per `_BLOCK` in float64 (the same order for every layout and bucket size).
     """
-    scratch = torch.empty(min(n, _BLOCK), dtype=torch.float64)
+    step = _BLOCK if reduce is None else max(_BLOCK, bucket - bucket % _BLOCK)
+    scratch = torch.empty(min(n, step), dtype=torch.float64)
     parts = []
-    for i0 in range(0, n, _BLOCK):
-        i1 = min(n, i0 + _BLOCK)
-        vals = scratch[: i1 - i0]
-        read(i0, i1, vals)
+    for b0 in range(0, n, step):
+        b1 = min(n, b0 + step)
+        vals = scratch[: b1 - b0]
+        read(b0, b1, vals)
+        if reduce is not None:
+            reduce(vals)
         vals.div_(-normaliser)  # loss = -objective: descend on the negated ascent direction
-        parts.append(torch.linalg.vector_norm(vals, dtype=torch.float64))
-        write(i0, i1, vals)
+        for i0 in range(0, b1 - b0, _BLOCK):
+            block = vals[i0 : i0 + _BLOCK]
+            parts.append(torch.linalg.vector_norm(block, dtype=torch.float64))
+        write(b0, b1, vals)
     return float(torch.linalg.vector_norm(torch.stack(parts))) if parts else 0.0
 
 
@@ -221,10 +231,17 @@ class UpdateAccumulator:
         return self._sum.flat
 
     def finish(
-        self, normaliser: float, out_dtype: torch.dtype | None
+        self,
+        normaliser: float,
+        out_dtype: torch.dtype | None,
+        reduce: Callable[[torch.Tensor], None] | None = None,
+        bucket: int = _BLOCK,
     ) -> tuple[torch.Tensor, float]:
         """The step's gradient, -sum / normaliser in `out_dtype` (None: the sum's own), and its
-        2-norm in float64; in the sum's own storage (the accumulator is consumed)."""
+        2-norm in float64; in the sum's own storage (the accumulator is consumed). `reduce`
+        (ranks > 1): sums a float64 bucket of `bucket` elements over the ranks in place."""
+        if reduce is not None:
+            return self._finish_reduced(normaliser, out_dtype, reduce, bucket)
         if self._split is not None and out_dtype == torch.float32:
             split = self._split
             out = split.lo  # chunk c's values are read before fp32 results land on its slots
@@ -254,6 +271,51 @@ class UpdateAccumulator:
             out[i0:i1].copy_(vals)
 
         return out, finish_blocks(vec.numel(), read, write_plain, normaliser)
+
+    def _finish_reduced(
+        self,
+        normaliser: float,
+        out_dtype: torch.dtype | None,
+        reduce: Callable[[torch.Tensor], None],
+        bucket: int,
+    ) -> tuple[torch.Tensor, float]:
+        """finish() summed over the ranks bucket by bucket, each bucket reduced as it is read; the
+        result narrowed into this rank's own buffers. Elementwise the same sums as reducing the
+        widened vector first, so the same bits; every rank runs the same buckets whatever it holds.
+        """
+        n = self.spec.total
+        target = out_dtype or self.dtype
+        read: Callable[[int, int, torch.Tensor], None]
+        if self._split is not None and target.itemsize <= 4:
+            split, self._split = self._split, None
+            out, read = split.lo.view(target)[:n], split.read
+            self._spare = split.parts[1]  # resident: the clipped gradient can go there
+        else:
+            vec = self._own_vector(target)
+            out = vec.view(target)[:n]
+
+            def read(i0: int, i1: int, dst: torch.Tensor) -> None:
+                dst.copy_(vec[i0:i1])
+
+        def write(i0: int, i1: int, vals: torch.Tensor) -> None:
+            out[i0:i1].copy_(vals)
+
+        return out, finish_blocks(n, read, write, normaliser, reduce, bucket)
+
+    def _own_vector(self, target: torch.dtype) -> torch.Tensor:
+        """One plain vector holding this rank's sum, wide enough to take `target` in place."""
+        first = self._first
+        if first is None and self._sum is None and self._split is None:
+            self._sum = ParamSum(self.spec, self.pool, target)  # this rank closed nothing
+        elif self._split is not None or (
+            first is not None and first.flat.dtype.itemsize < target.itemsize
+        ):
+            self.widen()  # a result wider than the parts: there is no room in their own bytes
+        own = self._sum if self._sum is not None else self._first
+        assert own is not None
+        if not own.flat.is_contiguous() or target.itemsize > own.flat.itemsize:
+            raise ValueError(f"cannot narrow a {own.flat.dtype} update sum into {target}")
+        return own.flat
 
     def clipped(self, grad: torch.Tensor, clip: float) -> torch.Tensor:
         """grad * clip (what the optimizer steps on; `grad` stays the pre-clip gradient): into the

@@ -11,6 +11,7 @@ import torch
 
 from thundersync.learner.accumulators import BufferPool, FlatSpec, ParamSum
 from thundersync.learner.update_sum import _BLOCK, _CHUNK, UpdateAccumulator
+from thundersync.plan.live import LiveBytes
 
 
 def _parts(n: int, k: int, seed: int) -> list[torch.Tensor]:
@@ -76,3 +77,72 @@ def test_one_part_stays_in_its_own_dtype_and_is_normalised() -> None:
     grad, norm = acc.finish(2.0, torch.float32)
     assert torch.equal(grad, p / -2.0)
     assert norm == pytest.approx(float(torch.linalg.vector_norm((p / -2.0).double())), rel=1e-12)
+
+
+class _OtherRank:
+    """A second rank's float64 sum, added bucket by bucket as `all_reduce(SUM)` would for 2 ranks
+    (a + b is commutative: the same bits on both ranks)."""
+
+    def __init__(self, other: torch.Tensor) -> None:
+        self.other, self.at, self.buckets = other, 0, 0
+
+    def __call__(self, vals: torch.Tensor) -> None:
+        vals.add_(self.other[self.at : self.at + vals.numel()])
+        self.at += vals.numel()
+        self.buckets += 1
+
+
+@pytest.mark.parametrize(
+    ("k", "part_dtype"),
+    [(3, torch.float32), (2, torch.float32), (1, torch.float32), (1, torch.float64), (0, None)],
+    ids=["split-packed", "split-pair", "one-fp32-part", "one-fp64-part", "rank-closed-nothing"],
+)
+def test_reduced_finish_is_the_plain_float64_sum_over_ranks_without_a_widened_vector(
+    k: int, part_dtype: torch.dtype | None
+) -> None:
+    """Ranks > 1 reduce each float64 bucket as it is read and narrow into their own buffers: the
+    same bits as summing everything in float64 first, and no new 8N-byte vector on the rank."""
+    n = 3 * _CHUNK + 777
+    parts = _parts(n, k + 1, seed=10 + k)
+    other = parts.pop().double() * 3.0  # the other rank's whole float64 sum
+    ref = other.clone()
+    for p in parts:
+        ref += p.double().to(part_dtype or torch.float64).double()
+    ref_grad = (ref / -4.0).float()
+    ref_norm = float(torch.linalg.vector_norm(ref / -4.0))
+
+    pool = BufferPool("cpu")
+    spec = FlatSpec([torch.zeros(n)])
+    acc = UpdateAccumulator(spec, pool, torch.float64)
+    for p in parts:
+        s = ParamSum(spec, pool, part_dtype or torch.float32)
+        s.add_vector(p)
+        acc.take(s)
+    before = pool.allocations
+    reduce = _OtherRank(other)
+    with LiveBytes() as meter:
+        grad, norm = acc.finish(4.0, torch.float32, reduce, bucket=_CHUNK)
+    assert reduce.at == n and reduce.buckets == 4, "every element is reduced once, per bucket"
+    assert torch.equal(grad, ref_grad)
+    assert norm == pytest.approx(ref_norm, rel=1e-12)
+    # one float64 bucket of scratch; a rank that closed nothing also needs its fp32 result vector
+    allowed = 8 * _CHUNK + 4 * n * (k == 0) + 2**16
+    assert meter.peak <= allowed, f"finishing held {meter.peak} bytes: a widened float64 copy?"
+    if k:
+        assert pool.allocations == before, "a rank with parts allocated a full-size buffer"
+
+
+def test_reduced_finish_gives_the_bits_of_reducing_the_widened_sum_first() -> None:
+    """The old path (widen, all-reduce the whole vector, finish) and the bucketed one agree bit for
+    bit, for a bucket that is not a multiple of the norm's block."""
+    n = 2 * _BLOCK + 5
+    parts = _parts(n, 4, seed=7)
+    other = parts.pop().double()
+    old = _accumulate(parts, BufferPool("cpu"))
+    old.widen()
+    old.grad.add_(other)
+    g_old, n_old = old.finish(3.0, torch.float32)
+    new = _accumulate(parts, BufferPool("cpu"))
+    g_new, n_new = new.finish(3.0, torch.float32, _OtherRank(other), bucket=_BLOCK + 17)
+    assert torch.equal(g_old, g_new)
+    assert n_old == n_new

@@ -5,7 +5,8 @@ inputs in closures, not as autograd saved tensors, so saved-tensor hooks do not 
 CPU has no `max_memory_allocated`. This mode counts every storage an op creates while active,
 until the last tensor on it dies (torch keeps a tensor's Python object alive as long as C++ holds
 it, so a weakref finalizer fires when the storage's last user goes). Storages made before the mode
-(parameters, leaves) are not counted.
+(parameters, leaves) are not counted, nor are views or in-place results on them: an output whose
+storage is an input's untracked storage is a pre-existing one, not a new allocation.
 """
 
 from __future__ import annotations
@@ -35,13 +36,18 @@ class LiveBytes(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))
+        inputs = {
+            t.untyped_storage().data_ptr()
+            for t in tree_flatten((args, kwargs))[0]
+            if isinstance(t, torch.Tensor) and t.device.type != "meta"
+        }
         for t in tree_flatten(out)[0]:
             if not isinstance(t, torch.Tensor) or t.device.type == "meta":
                 continue
             storage = t.untyped_storage()
             key = storage.data_ptr()
-            if key == 0:
-                continue
+            if key == 0 or (key in inputs and key not in self.users):
+                continue  # a view / in-place result of a storage made before the mode
             if key not in self.users:
                 self.users[key] = 0
                 self.size[key] = storage.nbytes()

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from thundersync.config import LOSSLESS_SCHEDULES, AccumDevice, Objective, OpdTurnGraphs, RunConfig
 from thundersync.config_serving import DeltaPublish, WeightTransport
+from thundersync.learner.routing import ring_numel
 from thundersync.plan import activations as act
 from thundersync.plan.shape import ModelShape
 
@@ -204,27 +205,25 @@ class _Parts:
     def barrier(self) -> None:
         m, w, n_t, dev = self.m, self.w, self.n_t, self.dev
         if w > 1:
-            held = "update sum widened to fp64" if self.split else "update sum (fp64, one vector)"
-            self.add(held, self.acc, "reduce", 8 * n_t, "N_t x 8 B")
+            # finish() reduces one fp64 bucket at a time as it reads it and narrows the result
+            # into the sum's own buffers (update_sum.py): no widened copy
             if self.split:
-                self.add(
-                    "split fp32 parts (pool, until the step)",
-                    self.acc,
-                    "reduce",
-                    8 * n_t,
-                    "2 x N_t x 4 B",
-                )
-            self.add("clipped gradient (grad x clip)", self.acc, "reduce", 4 * n_t, "N_t x 4 B")
+                held = "update sum: fp64 split over the two fp32 parts (finished, clipped in place)"
+                formula = "2 x N_t x 4 B"
+            else:
+                held, formula = "update sum (fp64, one vector; finished in place)", "N_t x 8 B"
+            for phase in ("reduce", "step"):
+                self.add(held, self.acc, phase, 8 * n_t, formula)
+            if not self.split:
+                self.add("clipped gradient (grad x clip)", self.acc, "step", 4 * n_t, "N_t x 4 B")
+            mb = self.cfg.learner.reduce_bucket_mb
+            bucket = min(8 * n_t, int(mb * 2**20))
+            note = f"min(N_t x 8 B, reduce_bucket_mb {mb:g} MiB)"
+            self.add(
+                "fp64 reduce bucket (read, reduced, finished)", self.acc, "reduce", bucket, note
+            )
             if self.on_gpu and self.acc == "host":
-                mb = self.cfg.learner.reduce_bucket_mb
-                bucket = min(8 * n_t, int(mb * 2**20))
-                self.add(
-                    "fp64 update sum bucket on the GPU (NCCL)",
-                    dev,
-                    "reduce",
-                    bucket,
-                    f"min(N_t x 8 B, reduce_bucket_mb {mb:g} MiB)",
-                )
+                self.add("fp64 reduce bucket on the GPU (NCCL)", dev, "reduce", bucket, note)
             self.add("FSDP2 gradient shards", self.opt, "step", n_t * m / w, f"N_t x {m} B / {w}")
             big = self.s.largest_param * m * 2
             self.add(
@@ -237,7 +236,15 @@ class _Parts:
         elif self.on_gpu and self.opt == dev:
             self.add("step gradient copied to the device", dev, "step", n_t * m, f"N_t x {m} B")
         if self.on_gpu and self.acc == "host":
-            self.add("pinned gradient staging", "host", "static", n_t * self.a, f"N_t x {self.a} B")
+            a, big = self.a, self.s.largest_param
+            ring = ring_numel(big, n_t, a) * a
+            self.add(
+                "pinned gradient staging ring",
+                "host",
+                "static",
+                ring,
+                f"min(pow2(max(2 x largest x {a} B, 256 MiB)), N_t x {a} B)",
+            )
         if self.cfg.checkpoint_every:
             # copied to the host tensor by tensor (`Learner.state_dict`), nothing whole on a GPU
             if w > 1:
