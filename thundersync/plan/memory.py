@@ -8,10 +8,12 @@ does today, including what it over-allocates (each checked in the code, file nam
   sharded, both on the GPU; built on the meta device and filled one tensor at a time (startup);
 - one rank (ranks = 1) with a bf16 model: an fp32 master copy and its AdamW moments unsharded
   on the GPU, and the step's fp32 gradient copied to the GPU whole (`LocalOptimizer.step`);
-- ranks > 1: the update sum is widened to a plain fp64 vector on the host, all-reduced through
-  the GPU one `learner.reduce_bucket_mb` bucket at a time (`ParallelContext.all_reduce_sum`),
-  then clipped into a new fp32 vector; each FSDP2 step copies one full fp32 gradient per tensor
-  to the GPU;
+- ranks > 1: the update sum is all-reduced one fp64 `learner.reduce_bucket_mb` bucket at a time
+  as the barrier reads it (through the GPU on CUDA, `ParallelContext.reduce_bucket`) and finished
+  in its own buffers (`UpdateAccumulator.finish`; clipped into the split sum's second buffer, or
+  a new fp32 vector for a one-vector sum); each FSDP2 step copies one full fp32 gradient per
+  tensor to the GPU;
+- CUDA -> host gradients pass a pinned staging ring (`learner/routing.py`, `ring_numel`);
 - a checkpoint copies theta (the bf16 replica under FSDP2, the fp32 master on one rank) to the
   host tensor by tensor (`Learner.state_dict`);
 - delta publish keeps a copy of the acked weights on rank 0's GPU (`rollout/weight_delta.py`).

@@ -68,6 +68,7 @@ class LearnerSpec:
     port: int = 0  # gloo rendezvous when world > 1
     parent_pid: int | None = None  # a local learner dies with this driver process
     cuda_devices: str | None = None  # this rank's CUDA_VISIBLE_DEVICES (local plan), None: as is
+    plan_checked: bool = False  # the driver checked the memory plan for this node already
 
 
 class LearnerLoop:
@@ -91,7 +92,7 @@ class LearnerLoop:
 
             device = resolve_device(self.cfg.learner.device)
             ctx = init_process_group(spec.rank, spec.world, spec.port, device)
-        if spec.cuda_devices is None:  # placed by Ray (or sharing the node's GPUs): check here
+        if not spec.plan_checked:  # placed by Ray: check the node this rank landed on
             from thundersync.plan.guard import check_run_memory
 
             on_cuda = resolve_device(self.cfg.learner.device).type == "cuda"
