@@ -67,6 +67,7 @@ class GradientEngine:
         pool: BufferPool | None = None,
         router: GradRouter | None = None,
         kv_limit: int | None = None,
+        opd_segment_tokens: int | None = None,
     ) -> None:
         self.core = EngineCore(
             model,
@@ -88,7 +89,9 @@ class GradientEngine:
             grpo_sum=grpo_sum,
             reward_shift=reward_shift,
         )
-        self.opd = OpdTrajectories(self.core, keep_turn_graphs=keep_turn_graphs)
+        self.opd = OpdTrajectories(
+            self.core, keep_turn_graphs=keep_turn_graphs, segment_tokens=opd_segment_tokens
+        )
         self.max_open = max_open_groups
         self.max_held_bytes = max_held_bytes
         self.queue = ReadyQueue()

@@ -6,6 +6,11 @@ turn j -> grad of sum_t A_jt log pi over turn j, the earlier turns' K/V as leave
 close  -> the ledger propagated back through each turn's graph once, last turn first: the
           kept graph (`keep`) or a re-forward of the turn from its stored K/V (`recompute`,
           one extra forward per turn, memory linear in the number of turns)
+
+`segment_tokens` (`learner.opd_segment_tokens`) runs a turn as consecutive segments of at most S
+tokens, each exactly like a turn (its past includes the earlier segments of the same turn, its
+own `Turn` entry for close): activations scale with S, not with the turn's length. Segment
+[a, b) scores targets a+1..b: its last hidden row predicts the first token of the next segment.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import torch
 
 from thundersync.learner.accumulators import ParamSum
 from thundersync.learner.boundary import KV, run_segment
-from thundersync.learner.engine_core import EngineCore, SourceError, flat_kv, take_grads
+from thundersync.learner.engine_core import EngineCore, SourceError, flat_kv
 from thundersync.learner.kvstore import KVStore
 from thundersync.learner.logprobs import scored_logprobs
 from thundersync.learner.objectives import opd_advantages
@@ -53,6 +58,7 @@ class Traj:
 
 
 def _check(item: OpdTurn, t: Traj) -> None:
+    """The whole turn, before any segment of it touches the trajectory's sum or store."""
     if len(item.token_ids) != len(item.action_mask):
         raise SourceError(
             f"source {item.source_id}: {len(item.token_ids)} tokens but "
@@ -68,15 +74,26 @@ def _check(item: OpdTurn, t: Traj) -> None:
             f"source {item.source_id}: the first token of a turn segment is scored; start the "
             "segment with at least one unscored token (the observation or prompt)"
         )
+    n_scored = sum(1 for m in item.action_mask if m)
+    if len(item.teacher_logprobs) != n_scored:
+        raise SourceError(
+            f"source {item.source_id}: {len(item.teacher_logprobs)} teacher log-probs but the "
+            f"turn has {n_scored} scored tokens: give one per scored (mask 1) token, in order"
+        )
 
 
 class OpdTrajectories:
     """One update's OPD trajectories: those registered, those open (their own sum, K/V store and
     kept turn graphs), and those already closed into the update's sum."""
 
-    def __init__(self, core: EngineCore, *, keep_turn_graphs: bool) -> None:
+    def __init__(
+        self, core: EngineCore, *, keep_turn_graphs: bool, segment_tokens: int | None = None
+    ) -> None:
+        if segment_tokens is not None and segment_tokens < 1:
+            raise ValueError(f"segment_tokens must be >= 1, got {segment_tokens}")
         self.core = core
         self.keep_turn_graphs = keep_turn_graphs
+        self.segment_tokens = segment_tokens  # None: one segment per turn
         self.expected: set[str] = set()
         self.trajs: dict[str, Traj] = {}
         self.closed: set[str] = set()
@@ -114,43 +131,72 @@ class OpdTrajectories:
             t = self.trajs[item.traj_id] = Traj(ParamSum(e.spec, e.pool, e.dtype), store)
         _check(item, t)
         tokens = torch.tensor(item.token_ids, dtype=torch.long, device=e.device)
+        mask, n = item.action_mask, len(item.token_ids)
+        rollout = item.rollout_logprobs
+        if rollout is not None and len(rollout) != len(item.teacher_logprobs):
+            rollout = None  # the metric skips a turn whose engine log-probs do not match
+        step, k = self.segment_tokens or max(n, 1), 0  # k: scored tokens before the segment
+        for a in range(0, n, step):
+            b = min(a + step, n)
+            seg_mask = mask[a + 1 : b + 1]  # the targets a+1..b, the last segment's one fewer
+            m = sum(1 for x in seg_mask if x)
+            self._segment(
+                t,
+                tokens[a : b + 1],
+                b - a,
+                seg_mask,
+                item.teacher_logprobs[k : k + m],
+                rollout[k : k + m] if rollout is not None else None,
+                item.source_id,
+            )
+            k += m
+        t.next_turn += 1
+
+    def _segment(
+        self,
+        t: Traj,
+        ids: torch.Tensor,
+        own: int,
+        mask: tuple[int, ...],
+        teacher_lp: tuple[float, ...],
+        rollout: tuple[float, ...] | None,
+        source_id: str,
+    ) -> None:
+        """`own` tokens (`ids[:own]`; `ids[own]`, if there, is the next segment's first token,
+        the target of the last row) on the trajectory's K/V so far."""
+        e = self.core
         past = t.store.past(t.pos) if t.pos else []
-        out = run_segment(e.model, tokens, past=past, start=t.pos, checkpoint=e.checkpoint)
+        out = run_segment(e.model, ids[:own], past=past, start=t.pos, checkpoint=e.checkpoint)
         e.counters["turn_forwards"] += 1
-        e.counters["tokens_forward"] += len(tokens)
-        mask = torch.tensor(item.action_mask[1:], dtype=torch.bool, device=e.device)
-        scored = scored_logprobs(e.model, out.hidden, tokens, mask, chunk=e.logprob_chunk)
-        e.mismatch.observe(scored, item.rollout_logprobs)
-        teacher = torch.tensor(item.teacher_logprobs, dtype=scored.dtype, device=e.device)
+        e.counters["tokens_forward"] += own
+        scored_mask = torch.tensor(mask, dtype=torch.bool, device=e.device)
+        scored = scored_logprobs(e.model, out.hidden, ids, scored_mask, chunk=e.logprob_chunk)
+        e.mismatch.observe(scored, rollout)
+        teacher = torch.tensor(teacher_lp, dtype=scored.dtype, device=e.device)
         try:
             adv = opd_advantages(teacher, scored)
         except ValueError as err:
-            raise SourceError(f"source {item.source_id}: {err}") from None
+            raise SourceError(f"source {source_id}: {err}") from None
         kl, loss = DistillStats.of_turn(adv, scored)
         t.kl_sum += kl
         t.loss_sum += loss
-        earlier = flat_kv(past)
-        if scored.numel():
+        if scored.numel():  # the leaves' adjoints reach the ledger in their hooks (kvstore)
             e.routed_backward(
                 [(t.acc, 1.0)],
                 [(adv * scored).sum()],
-                leaves=earlier,
+                leaves=flat_kv(past),
                 retain_graph=self.keep_turn_graphs,
             )
-            with e.bookkeeping():
-                t.store.add_adjoint(take_grads(earlier), upto=t.pos)
         t.scored += int(scored.numel())
         kept = (out.kv, past) if self.keep_turn_graphs else None
-        t.turns.append(Turn(t.pos, tokens, kept))
+        t.turns.append(Turn(t.pos, ids[:own], kept))
         t.store.append([(k.detach(), v.detach()) for k, v in out.kv])
-        t.pos += len(tokens)
-        t.next_turn += 1
+        t.pos += own
 
     def close(self, item: OpdClose) -> None:
         e = self.core
         t = self.trajs.pop(item.traj_id)
-        for j in reversed(range(item.num_turns)):
-            tj = t.turns[j]
+        for tj in reversed(t.turns):  # segments, last first (a turn may be several)
             adj = t.store.adjoint(tj.start, tj.start + len(tj.tokens))
             if not any(bool(a.any()) for a in adj):
                 continue  # nothing downstream read this turn's K/V (e.g. the last turn)
@@ -162,9 +208,8 @@ class OpdTrajectories:
                     e.model, tj.tokens, past=past, start=tj.start, checkpoint=e.checkpoint
                 ).kv
                 e.counters["turn_recomputes"] += 1
-            lg = e.backprop([(t.acc, 1.0)], flat_kv(own), adj, flat_kv(past))
-            with e.bookkeeping():
-                t.store.add_adjoint(lg, upto=tj.start)
+            # the past leaves' adjoints go into ledger[:start] in their hooks (kvstore)
+            e.backprop([(t.acc, 1.0)], flat_kv(own), adj, flat_kv(past))
             tj.kept = None  # its graph is spent
             e.counters["deferred_propagations"] += 1
         with e.bookkeeping():

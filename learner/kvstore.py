@@ -6,6 +6,10 @@ memory rising with the turn index). Here the K/V live in one buffer per layer th
 doubling; turn j's past is a zero-copy view of its first `pos` positions, made a leaf, and the
 adjoint of that leaf is added into the same positions of a ledger buffer. Turn j's own K/V are
 written behind it after the turn ran. Memory is linear in the trajectory's length.
+The add happens in each leaf's post-accumulate-grad hook, which frees the leaf's grad at once: a
+backward holds one layer's [past]-sized adjoint at a time, not every layer's. The hook finds the
+ledger buffer through the store when it fires, so a leaf made before a regrowth (a kept turn
+graph, backpropagated at close) adds into the current buffer, not the one replaced.
 Bounded for the plan: growth stops at `limit` (the run's `rollout.max_total_tokens`) unless a turn
 needs more, and buffers are regrown one layer at a time (old + new for one layer, not for all).
 """
@@ -13,6 +17,7 @@ needs more, and buffers are regrown one layer at a time (old + new for one layer
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 
 import torch
 
@@ -50,10 +55,23 @@ class KVStore:
         return self.kv[0][0].shape[2] if self.kv else 0
 
     def past(self, upto: int) -> list[KV]:
-        """Leaves for positions 0..upto-1 (views of the store: no copy)."""
+        """Leaves for positions 0..upto-1 (views of the store: no copy); a backward through them
+        adds their adjoints into ledger[:, :, :upto] (`_route`), their `.grad` stays None."""
         if upto > self.length:
             raise ValueError(f"the store holds {self.length} positions, not {upto}")
-        return [(_alias(k, upto), _alias(v, upto)) for k, v in self.kv]
+        out = []
+        for layer, (k, v) in enumerate(self.kv):
+            kl, vl = _alias(k, upto), _alias(v, upto)
+            kl.register_post_accumulate_grad_hook(partial(self._route, layer, 0))
+            vl.register_post_accumulate_grad_hook(partial(self._route, layer, 1))
+            out.append((kl, vl))
+        return out
+
+    def _route(self, layer: int, slot: int, leaf: torch.Tensor) -> None:
+        """A past leaf's accumulated grad into the ledger current now, then freed."""
+        if leaf.grad is not None:
+            self.ledger[layer][slot][:, :, : leaf.shape[2]].add_(leaf.grad)
+            leaf.grad = None
 
     def append(self, own: Sequence[KV]) -> None:
         """Write a turn's own K/V (detached) behind what the store holds."""
@@ -64,16 +82,6 @@ class KVStore:
                 sk[:, :, self.length : self.length + n].copy_(k)
                 sv[:, :, self.length : self.length + n].copy_(v)
         self.length += n
-
-    def add_adjoint(self, grads: Sequence[torch.Tensor | None], upto: int) -> None:
-        """ledger[:, :, :upto] += the adjoint of a past(upto) leaf list (K, V per layer)."""
-        if upto == 0 or not grads:
-            return  # the first turn has no past
-        it = iter(grads)
-        for lk, lv in self.ledger:
-            for buf, g in ((lk, next(it)), (lv, next(it))):
-                if g is not None:
-                    buf[:, :, :upto].add_(g)
 
     def adjoint(self, start: int, stop: int) -> list[torch.Tensor]:
         return [buf[:, :, start:stop] for layer in self.ledger for buf in layer]

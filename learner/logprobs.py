@@ -110,16 +110,20 @@ def scored_logprobs(
     *,
     chunk: int = DEFAULT_CHUNK,
 ) -> torch.Tensor:
-    """log pi(token_{t+1} | prefix_t) for the positions t where `scored[t]` (bool, [L-1]).
+    """log pi(token_{t+1} | prefix_t) for the positions t where `scored[t]` (bool, [n-1]).
 
     `hidden` is the decoder's last hidden state for the segment ([L, d]); position t predicts
-    token t+1, so row t pairs with target token_ids[t + 1]. Returns one value per scored row.
+    token t+1, so row t pairs with target token_ids[t + 1]. `token_ids` holds n = L ids (the
+    segment's own) or L + 1 (its own and the next one, which its last row predicts: a turn run
+    in segments scores across each cut). Returns one value per scored row.
     """
     if chunk < 1:
         raise ValueError(f"chunk must be >= 1, got {chunk}")
     rows = scored.nonzero().squeeze(-1)
     head = head_of(model)
-    h = hidden[:-1].index_select(0, rows)
+    if not hidden.shape[0] <= len(token_ids) <= hidden.shape[0] + 1:
+        raise ValueError(f"{len(token_ids)} token ids for {hidden.shape[0]} hidden rows")
+    h = hidden[: len(token_ids) - 1].index_select(0, rows)
     targets = token_ids[1:].index_select(0, rows)
     bias = getattr(head, "bias", None)
     out: torch.Tensor = _ChunkedTokenLogprobs.apply(h, head.weight, bias, targets, chunk)

@@ -99,6 +99,7 @@ class Learner:
             pool=BufferPool(self.accum_device, adders=self.adders),
             router=self.router,
             kv_limit=self.cfg.rollout.max_total_tokens,
+            opd_segment_tokens=lc.opd_segment_tokens,
         )
 
     @property

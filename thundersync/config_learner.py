@@ -190,6 +190,12 @@ class LearnerConfig(_Section):
     opd_turn_graphs: OpdTurnGraphs = Field(
         OpdTurnGraphs.AUTO, description="OPD: recompute | keep each turn's graph until close"
     )
+    opd_segment_tokens: int | None = Field(
+        None,
+        description="OPD: run a turn as segments of at most this many tokens, each on the K/V "
+        "of everything before it (activations scale with it, not with the turn); None: one "
+        "segment per turn. The gradient is the same either way",
+    )
     logprob_chunk: int = Field(
         1024, ge=1, description="rows of the LM head computed at once (scored positions only)"
     )
@@ -212,6 +218,16 @@ class LearnerConfig(_Section):
         return (
             Checkpointing.of(v) if isinstance(v, bool) else v
         )  # an unknown name: the enum's error
+
+    @field_validator("opd_segment_tokens")
+    @classmethod
+    def _segment_tokens(cls, v: int | None) -> int | None:
+        if v is None or v >= 1:
+            return v
+        raise ValueError(
+            f"learner.opd_segment_tokens must be a positive number of tokens (or null: one "
+            f"segment per turn), got {v!r}"
+        )
 
     @field_validator("token_weighting")
     @classmethod

@@ -148,9 +148,9 @@ class RunDriver:
             cpu=node.learner_cpu,
             resume=self.resume,
             log_batches=self.log_batches,
+            plan_checked=self.ray_address is None,  # _check_memory ran above for this node
         )
         stages.report("learner", f"starting {cfg.learner.ranks} learner rank(s)")
-            plan_checked=self.ray_address is None,  # _check_memory ran above for this node
         self.learners = LearnerGroup.start(
             spec, learner_bus, world=cfg.learner.ranks, ray_address=self.ray_address, gpus=node.gpus
         )

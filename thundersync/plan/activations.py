@@ -81,16 +81,30 @@ def layer_kept(s: ModelShape, b: int) -> int:
 
 
 def worst_segment(
-    s: ModelShape, b: int, tokens: int, cuda: bool = False, per_layer: bool = False
+    s: ModelShape,
+    b: int,
+    tokens: int,
+    cuda: bool = False,
+    per_layer: bool = False,
+    most_own: int | None = None,
 ) -> int:
-    """The largest `segment_bytes` over every split of `tokens` into past + own (own >= 1)."""
-    best = segment_bytes(s, b, tokens, 0, cuda, per_layer)
+    """The largest `segment_bytes` over every split of `tokens` into past + own (own >= 1).
+    `most_own`: own is at most that many tokens (an OPD turn run in segments,
+    `learner.opd_segment_tokens`): the rest of the context is past K/V, held in the store."""
+    cap = tokens if most_own is None else max(1, min(most_own, tokens))
+    best = segment_bytes(s, b, cap, tokens - cap, cuda, per_layer)
     # piecewise linear in own but for the mask's quadratic term: the ends, the switch between
     # the padded and the masked path, and the mask's vertex
     for own in (1, tokens - 1, tokens // 2, (tokens + 1) // 2, tokens // 2 + 1):
-        if 1 <= own < tokens:
+        if 1 <= own < cap:
             best = max(best, segment_bytes(s, b, own, tokens - own, cuda, per_layer))
     return best
+
+
+def leaf_adjoint(s: ModelShape, b: int, past: int) -> int:
+    """One layer's past-leaf K and V gradients of an OPD segment: the store's hooks add each into
+    the ledger and free it as it arrives (`learner.kvstore`), so one layer's at a time."""
+    return 2 * b * s.kv_dim * past
 
 
 def kept_prompt(s: ModelShape, b: int, checkpointing: str) -> int:

@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from thundersync.config import AccumDevice, RunConfig
+from thundersync.config import AccumDevice, Objective, RunConfig
 from thundersync.config_serving import DeltaPublish
 from thundersync.plan.memory import Machine, MemoryPlan, plan_memory
+from thundersync.plan.parts import keep_turn_graphs
 from thundersync.plan.shape import ModelShape
 
 
@@ -41,6 +42,19 @@ def _largest(
         mid = (lo + hi + 1) // 2
         lo, hi = (mid, hi) if _fits(cfg, key, mid, shape, m) else (lo, mid - 1)
     return lo
+
+
+def _segment_tokens(cfg: RunConfig, shape: ModelShape, m: Machine) -> int | None:
+    """The largest OPD segment (`learner.opd_segment_tokens`, below today's) that fits. With
+    recomputed turn graphs the bytes grow with S (bisect); kept graphs are one per segment, so
+    there a smaller S also costs: the largest power of two that fits."""
+    key, hi = "learner.opd_segment_tokens", (cfg.learner.opd_segment_tokens or 0) - 1
+    if hi < 1:
+        hi = cfg.rollout.max_total_tokens - 1
+    if not keep_turn_graphs(cfg, m.gpus > 0 and cfg.learner.device != "cpu"):
+        return _largest(cfg, key, 1, hi, shape, m)
+    tries = [hi] + [1 << i for i in reversed(range(hi.bit_length())) if 1 << i < hi]
+    return next((v for v in tries if _fits(cfg, key, v, shape, m)), None)
 
 
 def _switches(cfg: RunConfig) -> Iterator[tuple[str, Any]]:
@@ -75,6 +89,10 @@ def fitting_changes(cfg: RunConfig, shape: ModelShape, machine: Machine) -> list
         best = _largest(cfg, key, lo, hi, shape, machine)
         if best is not None:
             out.append(f"{key}={best}")
+    if cfg.objective is Objective.OPD:
+        best = _segment_tokens(cfg, shape, machine)
+        if best is not None:
+            out.append(f"learner.opd_segment_tokens={best}")
     for key, value in _switches(cfg):
         if _fits(cfg, key, value, shape, machine):
             out.append(f"{key}={str(value).lower() if isinstance(value, bool) else value}")
@@ -82,10 +100,13 @@ def fitting_changes(cfg: RunConfig, shape: ModelShape, machine: Machine) -> list
 
 
 _KNOB = {
+    "activations: one OPD": "learner.opd_segment_tokens, learner.activation_checkpointing",
     "activations": "rollout.max_total_tokens, learner.activation_checkpointing",
     "GRPO prompt": "learner.max_open_groups, learner.activation_checkpointing",
     "accumulators": "learner.max_open_groups, learner.accum_dtype",
     "OPD K/V": "learner.max_open_groups, rollout.max_total_tokens",
+    "OPD past-leaf": "rollout.max_total_tokens",
+    "OPD kept": "learner.opd_turn_graphs, learner.max_open_groups",
     "update sum": "learner.accum_dtype",
     "/dev/shm": "publish.keep_last",
     "delta": "publish.delta",

@@ -146,13 +146,20 @@ class _Parts:
     def activations(self) -> None:
         s, b, t, k, lc = self.s, self.b, self.t, self.k, self.cfg.learner
         per_layer = lc.activation_checkpointing == "layer"
-        seg = act.worst_segment(s, b, t, self.on_gpu, per_layer)
+        opd = self.cfg.objective is Objective.OPD
+        # OPD turns run in segments of at most S tokens: own activations scale with S, the rest
+        # of the context is past K/V in the store (counted below)
+        seg_s = lc.opd_segment_tokens if opd else None
+        seg = act.worst_segment(s, b, t, self.on_gpu, per_layer, most_own=seg_s)
+        what = "segment of T tokens"
+        if opd:  # named apart: the advice's knob for it is learner.opd_segment_tokens
+            what = "OPD segment of min(T, S) tokens" if seg_s else "OPD turn of T tokens"
         self.add(
-            "activations: one segment of T tokens",
+            f"activations: one {what}",
             self.dev,
             "update",
             seg,
-            f"T={t}: " + act.formula_note(s, b),
+            f"T={t}{f', S={seg_s}' if seg_s else ''}: " + act.formula_note(s, b),
         )
         chunk = min(lc.logprob_chunk, t)
         wide = max(b, 4)
@@ -190,16 +197,24 @@ class _Parts:
             k * t * kv_all * (b + wide),
             f"T x max_open_groups x {kv_all} x ({b} + {wide}) B",
         )
+        self.add(
+            "OPD past-leaf adjoint (one layer's K/V grads at a time)",
+            self.dev,
+            "update",
+            act.leaf_adjoint(s, b, t),
+            f"T x 2 x {s.kv_dim} x {b} B",
+        )
         if keep_turn_graphs(self.cfg, self.on_gpu):
             kept = act.kept_prompt(s, b, lc.activation_checkpointing)
-            turns = self.cfg.rollout.max_turns
+            # one kept graph per segment: a turn of n tokens is ceil(n / S) of them
+            graphs = self.cfg.rollout.max_turns + (-(-t // seg_s) if seg_s else 0)
             rep = s.layers * act.layer_kv(s, b, True)
             self.add(
                 "OPD kept turn graphs (opd_turn_graphs: keep)",
                 self.dev,
                 "update",
-                (k - 1) * (t * kept + turns * t * rep),
-                f"(max_open_groups - 1) x (T x {kept} + max_turns x T x {rep}) B",
+                (k - 1) * (t * kept + graphs * t * rep),
+                f"(max_open_groups - 1) x (T x {kept} + {graphs} graphs x T x {rep}) B",
             )
 
     def barrier(self) -> None:
