@@ -13,6 +13,12 @@ full version (`max_ratio`), the full one is published (the diff stops as soon as
 Why a copy and not the replicas' acks alone: the diff needs the bytes the replicas hold, and the
 learner's own parameters have moved on by then. The copy costs one more N bytes in the published
 dtype; it is updated in place from the delta after the acks (a scatter, not a copy).
+
+Where the copy lives (`publish.delta_base`): `device`, beside the weights (a GPU diffs at its
+bandwidth, but holds the N bytes), or `host` (`host=True`): in host memory, and the new weights
+come over in chunks through one staging buffer (pinned for CUDA weights) to be compared there,
+so the device holds no base and no full-size transient; the delta's indices and values are then
+host tensors. Both find the same elements (the compare is bitwise either way) in the same order.
 """
 
 from __future__ import annotations
@@ -84,9 +90,12 @@ class DeltaTracker:
     # a delta above this share of the full bytes goes out in full: measured here, scattering and
     # indexing a quarter of the elements or more costs more than the bytes it saves
     max_ratio: float = 0.5
+    host: bool = False  # the base in host memory, diffed there (`publish.delta_base: host`)
+    stage_bytes: int = _CHUNK * 8  # the host diff's staging buffer: a compare chunk, in cache
     base: dict[str, torch.Tensor] = field(default_factory=dict)
     base_version: int | None = None
     last: Delta | None = None  # the most recent diff (published or not), for metrics
+    _stage: torch.Tensor | None = field(default=None, repr=False)
 
     def diff(self, version: int, state: Mapping[str, torch.Tensor]) -> Delta | None:
         """The delta of `state` against the base; None when there is no comparable base (none
@@ -102,7 +111,11 @@ class DeltaTracker:
         full = sum(v.numel() * v.element_size() for v in state.values())
         for k, v in state.items():
             numel += v.numel()
-            idx = changed_indices(v, self.base[k].to(v.device))
+            vals: torch.Tensor | None = None
+            if self.host:
+                idx, vals = self._host_changes(v, self.base[k])
+            else:
+                idx = changed_indices(v, self.base[k].to(v.device))
             changed += idx.numel()
             nbytes += idx.numel() * (4 + v.element_size())
             if nbytes >= full * self.max_ratio:  # too big already: stop paying for the diff
@@ -112,7 +125,10 @@ class DeltaTracker:
                 # indices and values stay on the weights' device: the segment write copies
                 # each once to the host (a GPU: one device-to-host copy, no staging tensor)
                 # and the base's update after the acks is a scatter on the device
-                changes[k] = (idx.to(torch.int32), v.detach().reshape(-1)[idx])
+                # (`host`: both are host tensors already, gathered from the staging buffer)
+                if vals is None:
+                    vals = v.detach().reshape(-1)[idx]
+                changes[k] = (idx.to(torch.int32), vals)
         self.last = Delta(version, self.base_version, changes, changed, numel, nbytes, full)
         return self.last
 
@@ -132,8 +148,53 @@ class DeltaTracker:
                 for k, v in state.items():
                     self.base[k].copy_(v.detach())
             else:
-                self.base = {k: v.detach().clone().contiguous() for k, v in state.items()}
+                self.base = self.place(state)
+                for k, v in state.items():
+                    self.base[k].copy_(v.detach())
         self.base_version = version
+
+    def place(self, state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Empty, contiguous storage for a base of `state`: beside each tensor, or (`host`) in
+        host memory. Not pinned: torch's pinned allocator rounds each block up to a power of two
+        (up to 2x the N bytes), and only a full version's copy into it crosses the bus; the
+        per-publish traffic goes through the (pinned) staging buffer."""
+        if self.host:
+            return {k: torch.empty(v.shape, dtype=v.dtype, device="cpu") for k, v in state.items()}
+        fmt = torch.contiguous_format
+        return {k: torch.empty_like(v.detach(), memory_format=fmt) for k, v in state.items()}
+
+    def _staging(self, like: torch.Tensor) -> torch.Tensor:
+        """The host diff's one staging buffer (bytes, a multiple of 8: a chunk boundary keeps the
+        base's int64 words aligned), pinned for CUDA weights so each copy runs at full speed."""
+        pin = like.device.type == "cuda"
+        if self._stage is None or self._stage.is_pinned() != pin:
+            size = max(8, self.stage_bytes // 8 * 8)
+            self._stage = torch.empty(size, dtype=torch.uint8, pin_memory=pin)
+        return self._stage
+
+    def _host_changes(
+        self, new: torch.Tensor, base: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(int64 flat indices, values) where `new` differs from its host `base`: `new` is copied
+        over chunk by chunk into the staging buffer and compared there, its changed values
+        gathered out of it (a copy: the buffer is reused by the next chunk)."""
+        flat, b = new.detach().reshape(-1), base.view(-1)
+        stage = self._staging(new)
+        size = new.element_size()
+        step = stage.numel() // size
+        idxs: list[torch.Tensor] = []
+        vals: list[torch.Tensor] = []
+        for s in range(0, flat.numel(), step):
+            n = min(step, flat.numel() - s)
+            part = stage[: n * size].view(new.dtype)
+            part.copy_(flat[s : s + n])  # blocking: the chunk is on the host when it returns
+            i = changed_indices(part, b[s : s + n])
+            if i.numel():
+                idxs.append(i + s)
+                vals.append(part[i])
+        if not idxs:
+            return torch.empty(0, dtype=torch.int64), torch.empty(0, dtype=new.dtype)
+        return torch.cat(idxs), torch.cat(vals)
 
     def forget(self) -> None:
         """No base any more (a failed publish: the replicas' versions are unknown)."""

@@ -98,14 +98,16 @@ class ShmPublisher:
         owners: tuple[int, ...] = (),
         delta: bool = True,
         from_host: bool = True,
+        host_base: bool = False,
     ) -> None:
         """`from_host` False (`publish.delta: auto`): deltas only of weights on an accelerator,
         where the diff runs at device bandwidth and the device-to-host copy is the cost (H200:
         4.3x faster at lr 1e-6); a host diff reads twice the bytes a full write copies (0.34x
-        here). docs/RESULTS.md, "Delta publish"."""
+        here). docs/RESULTS.md, "Delta publish". `host_base` (`publish.delta_base: host`): the
+        delta's base in host memory, not beside the weights (rollout/weight_delta.py)."""
         self.run_tag, self.slots, self.owners = run_tag, max(1, slots), owners
         self.from_host = from_host
-        self.tracker = DeltaTracker() if delta else None
+        self.tracker = DeltaTracker(host=host_base) if delta else None
         self._pending: tuple[int, Mapping[str, torch.Tensor], Delta | None] | None = None
         self._used: set[Path] = set()
         self.last: dict[str, Any] = {}  # the last write: kind, bytes, changed_fraction, seconds
@@ -191,10 +193,15 @@ class ShmWeightPublisher:
     engine's own version decides whether it may take the delta."""
 
     def __init__(
-        self, engines: Sequence[InferenceEngine], run_tag: str, *, delta: bool = True
+        self,
+        engines: Sequence[InferenceEngine],
+        run_tag: str,
+        *,
+        delta: bool = True,
+        host_base: bool = False,
     ) -> None:
         self.engines = list(engines)
-        self.shm = ShmPublisher(run_tag, delta=delta)
+        self.shm = ShmPublisher(run_tag, delta=delta, host_base=host_base)
         self.acks: dict[int, list[LoadAck]] = {}
 
     def __call__(self, version: int, state_dict: Mapping[str, torch.Tensor]) -> int:

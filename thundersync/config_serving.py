@@ -171,6 +171,13 @@ class DeltaPublish(StrEnum):
     OFF = "off"  # every version in full
 
 
+class DeltaBase(StrEnum):
+    """`publish.delta_base`: where the learner keeps its copy of the acked version (the base)."""
+
+    DEVICE = "device"  # beside the weights (a GPU: one more N x b on it; the diff at its speed)
+    HOST = "host"  # host memory; the weights are copied over in chunks and compared there
+
+
 class PublishConfig(_Section):
     transport: WeightTransport = Field(
         WeightTransport.AUTO, description="auto | shm | broadcast | disk"
@@ -181,6 +188,11 @@ class PublishConfig(_Section):
         "the changed elements (bitwise) when that is smaller than the full version; auto: on "
         "for weights on an accelerator (4.3x faster on an H200), off on the host (where the "
         "diff costs more than a full copy)",
+    )
+    delta_base: DeltaBase = Field(
+        DeltaBase.DEVICE,
+        description="device | host; where the delta's base (N x the published dtype's bytes) "
+        "lives; host: none on the GPU, the weights diffed on the host in 2 MiB chunks (slower)",
     )
     keep_last: int = Field(2, ge=1, description="weight versions kept (shm segments, dirs)")
     disk_every: int = Field(

@@ -42,6 +42,8 @@ RUN: dict[str, int] = {
     "tsrl env check sandbox/fixtures/terminal-easy/easy-echo-word --json": 120,
     "tsrl bench equivalence --objective grpo --ranks 1 --json": 240,
     "tsrl plan grpo-qwen3-8b --gpus 8 --gpu-memory 141 --host-memory 2048": 60,
+    "tsrl plan opd-qwen3-32b --gpus 8 --gpu-memory 141 --host-memory 2200": 60,
+    "tsrl plan opd-qwen3-8b-131k --gpus 8 --gpu-memory 141 --host-memory 2048": 60,
 }
 
 _SMOL = "tests/driver/test_smollm2_recipe.py::test_smollm2_policy_trains_on_verifier_rewards_and_equals_sync"

@@ -101,9 +101,12 @@ def test_cuda_weights_publish_to_shared_memory_bit_for_bit(tmp_path: Path) -> No
     assert all(torch.equal(back[k], v.cpu()) for k, v in sd.items())
 
 
-def test_auto_delta_publish_of_cuda_weights_is_bitwise_and_small() -> None:
+@pytest.mark.parametrize("delta_base", ["device", "host"])
+def test_auto_delta_publish_of_cuda_weights_is_bitwise_and_small(delta_base: str) -> None:
     """`publish.delta: auto` diffs weights on the GPU: a few elements move per step, the delta
-    carries them (indices + values) and a host replica patched from it equals the weights."""
+    carries them (indices + values) and a host replica patched from it equals the weights.
+    `publish.delta_base: host`: the same deltas, with no base and no full-size transient on the
+    GPU (its allocations stay under a quarter of the weights), the staging buffer pinned."""
     import os
 
     from thundersync.rollout.weight_publisher import ShmPublisher
@@ -113,17 +116,33 @@ def test_auto_delta_publish_of_cuda_weights_is_bitwise_and_small() -> None:
         "w": torch.randn(1 << 20, device="cuda") * 0.02,
         "b": torch.randn(4096, device="cuda"),
     }
-    shm = ShmPublisher(f"test-gpu-delta-{os.getpid()}", from_host=False)
+    host = delta_base == "host"
+    shm = ShmPublisher(f"test-gpu-delta-{os.getpid()}", from_host=False, host_base=host)
+    tracker = shm.tracker
+    assert tracker is not None
     try:
         state = {k: v.bfloat16() for k, v in master.items()}
+        full = sum(v.numel() * v.element_size() for v in state.values())
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
         shm.write(1, state)
         shm.acked(1)
+        grew = torch.cuda.max_memory_allocated() - before
+        assert {b.device.type for b in tracker.base.values()} == {"cpu" if host else "cuda"}
+        assert grew < full // 4 if host else grew >= full, (grew, full)
         replica = {k: v.cpu() for k, v in state.items()}
         for version in (2, 3):
             for t in master.values():
                 t.add_(torch.sign(torch.randn_like(t)) * 1e-6)
             state = {k: v.bfloat16() for k, v in master.items()}
+            torch.cuda.synchronize()
+            before = torch.cuda.memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
             seg = ShmWeights.parse(shm.write(version, state))
+            if host:  # the diff ran on the host: the GPU held no copy of the weights meanwhile
+                assert torch.cuda.max_memory_allocated() - before < full // 4
+                assert tracker._stage is not None and tracker._stage.is_pinned()
             index = read_index(seg)
             assert index["kind"] == "delta" and shm.last["bytes"] < 0.3 * shm.last["full_bytes"]
             for name, idx, val in iter_delta(seg, index):
@@ -132,6 +151,40 @@ def test_auto_delta_publish_of_cuda_weights_is_bitwise_and_small() -> None:
             assert all(torch.equal(replica[k], v.cpu()) for k, v in state.items())
     finally:
         shm.close()
+
+
+def test_host_and_device_bases_find_the_same_delta_of_cuda_weights() -> None:
+    """`publish.delta_base: host` copies CUDA weights to the host in chunks (pinned staging) and
+    diffs there: the same indices and bitwise-same values as the diff on the GPU, for a tensor
+    spanning two chunks with an odd tail and for tiny ones; after the acks the bases agree."""
+    from thundersync.rollout.weight_delta import DeltaTracker
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    sizes = {"big": (1 << 20) + 5, "odd": 4099, "three": 3, "one": 1}
+    sd = {k: torch.randn(n, device="cuda", generator=g).bfloat16() for k, n in sizes.items()}
+    dev, host = DeltaTracker(), DeltaTracker(host=True)
+    for tr in (dev, host):
+        tr.acked(1, sd, None)
+    for version in (2, 3, 4):
+        moved = {}
+        for k, v in sd.items():
+            m = torch.rand(v.shape, device="cuda", generator=g) < 0.02
+            m[-1] = True  # the odd tail moves
+            flipped = (v.view(torch.int16) ^ 1).view(torch.bfloat16)  # one ulp: always moves
+            moved[k] = torch.where(m, flipped, v)
+        sd = moved
+        a, b = dev.diff(version, sd), host.diff(version, sd)
+        assert a is not None and b is not None and a.changed == b.changed
+        assert list(a.changes) == list(b.changes) == list(sd)
+        for k, (idx, val) in a.changes.items():
+            hidx, hval = b.changes[k]
+            assert hidx.device.type == "cpu" and torch.equal(idx.cpu(), hidx)
+            assert torch.equal(val.cpu().view(torch.int16), hval.view(torch.int16))
+        dev.acked(version, sd, a)
+        host.acked(version, sd, b)
+        for k, v in sd.items():
+            assert torch.equal(host.base[k].view(torch.int16), v.cpu().view(torch.int16))
+            assert torch.equal(dev.base[k].cpu().view(torch.int16), host.base[k].view(torch.int16))
 
 
 def test_mfu_peak_on_cuda_is_the_datasheet_bf16_peak() -> None:

@@ -204,3 +204,31 @@ def test_host_placed_optimizer_leaves_the_replica_on_the_gpu() -> None:
     )
     assert moved == 4 * n + 8 * n
     assert not [c for c in host.components if c.where == "gpu" and c.phase == "step"]
+
+
+def test_opd_recipes_fit_h200s_by_the_plan_with_their_placements() -> None:
+    """Qwen3-32B OPD fits 141 GB GPUs once the fp32 master / AdamW and the delta's base live on the
+    host (the recipe's placements); Qwen3-8B OPD at 131k tokens fits with segmented turns and is
+    refused without them, the refusal offering `learner.opd_segment_tokens`."""
+    h200 = Machine(8, 141 * GB, 2200 * GB)
+    big = load_run_config("opd-qwen3-32b")
+    s32 = load_shape("qwen3-32b")
+    plan = plan_memory(big, s32, h200)
+    assert plan.fits, (plan.per_gpu_bytes / GB, plan.host_bytes / GB)
+    on_gpu = load_run_config("opd-qwen3-32b", {"publish": {"delta_base": "device"}})
+
+    def gpu_static(p: object) -> int:
+        return sum(c.bytes for c in p.components if c.where == "gpu" and c.phase == "static")  # type: ignore[attr-defined]
+
+    moved = gpu_static(plan_memory(on_gpu, s32, h200)) - gpu_static(plan)
+    assert moved == 2 * s32.params  # rank 0's bf16 base: N x 2 B off the GPU
+    gpu_opt = load_run_config("opd-qwen3-32b", {"learner": {"optimizer_device": "device"}})
+    why = refuse(plan_memory(gpu_opt, s32, h200), gpu_opt)
+    assert why is not None and "learner.optimizer_device=host" in why, why
+    long = load_run_config("opd-qwen3-8b-131k")
+    s8 = load_shape("qwen3-8b")
+    assert long.rollout.max_total_tokens == 131072
+    assert plan_memory(long, s8, h200).fits
+    whole = load_run_config("opd-qwen3-8b-131k", {"learner": {"opd_segment_tokens": None}})
+    why = refuse(plan_memory(whole, s8, h200), whole)
+    assert why is not None and "learner.opd_segment_tokens=" in why, why

@@ -70,7 +70,11 @@ def _switches(cfg: RunConfig) -> Iterator[tuple[str, Any]]:
         yield "learner.accum_dtype", "float32"
     if cfg.model.dtype != "bfloat16":
         yield "model.dtype", "bfloat16"
+    if lc.optimizer_device != "host":
+        yield "learner.optimizer_device", "host"
     if cfg.publish.delta is not DeltaPublish.OFF:
+        if cfg.publish.delta_base != "host":
+            yield "publish.delta_base", "host"
         yield "publish.delta", "off"
     if cfg.publish.keep_last > 1:
         yield "publish.keep_last", 1
@@ -109,7 +113,10 @@ _KNOB = {
     "OPD kept": "learner.opd_turn_graphs, learner.max_open_groups",
     "update sum": "learner.accum_dtype",
     "/dev/shm": "publish.keep_last",
-    "delta": "publish.delta",
+    "delta": "publish.delta_base, publish.delta",
+    "FSDP2 master": "learner.optimizer_device",
+    "master weights": "learner.optimizer_device",
+    "AdamW": "learner.optimizer_device",
 }
 
 

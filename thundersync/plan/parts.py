@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from thundersync.config import LOSSLESS_SCHEDULES, AccumDevice, Objective, OpdTurnGraphs, RunConfig
-from thundersync.config_serving import DeltaPublish, WeightTransport
+from thundersync.config_serving import DeltaBase, DeltaPublish, WeightTransport
 from thundersync.learner.routing import ring_numel
 from thundersync.plan import activations as act
 from thundersync.plan.shape import ModelShape
@@ -292,9 +292,12 @@ class _Parts:
         on = cfg.publish.delta is DeltaPublish.ON or (delta and self.on_gpu)
         if slots and on and lossless:
             self.add("/dev/shm delta segment", "shm", "static", full // 2, "<= N x b / 2")
+            # publish.delta_base: host keeps the base in host memory and diffs there (the
+            # weights cross in 2 MiB pinned chunks): the delta is built on the host too
+            where = "host" if cfg.publish.delta_base is DeltaBase.HOST else self.dev
             self.add(
-                "delta base: acked weights (rank 0)",
-                self.dev,
+                f"delta base: acked weights (rank 0, publish.delta_base {cfg.publish.delta_base})",
+                where,
                 "static",
                 full,
                 f"N x {b} B",
@@ -302,7 +305,7 @@ class _Parts:
             )
             self.add(
                 "delta diff: indices + values",
-                self.dev,
+                where,
                 "publish",
                 full // 2,
                 "<= N x b / 2",

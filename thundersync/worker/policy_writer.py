@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from thundersync.config import RunConfig, WeightTransport
-from thundersync.config_serving import DeltaPublish
+from thundersync.config_serving import DeltaBase, DeltaPublish
 from thundersync.rollout.checkpoint import save_checkpoint
 from thundersync.rollout.weight_broadcast import WeightBroadcaster
 from thundersync.rollout.weight_publisher import ShmPublisher
@@ -52,7 +52,12 @@ class PolicyWriter:
         delta = acked and cfg.publish.delta is not DeltaPublish.OFF
         host = cfg.publish.delta is DeltaPublish.ON  # auto: only weights on an accelerator
         self.shm = ShmPublisher(
-            run_tag, slots=self.slots, owners=owners, delta=delta, from_host=host
+            run_tag,
+            slots=self.slots,
+            owners=owners,
+            delta=delta,
+            from_host=host,
+            host_base=cfg.publish.delta_base is DeltaBase.HOST,
         )
         self.broadcaster: WeightBroadcaster | None = None  # made at rank 0's first publish
         self.every_version_on_disk = every_version_on_disk  # a recorded run: replay reads them
