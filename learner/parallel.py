@@ -169,9 +169,9 @@ class FSDP2Optimizer:
         self.step_dtype = master_dtype
         self.shadow = _sharded_copy(model, master_dtype, self.mesh)
         trainable = {id(p) for p in self.params}
-        names = [n for n, p in model.named_parameters() if id(p) in trainable]
+        self.names = [n for n, p in model.named_parameters() if id(p) in trainable]
         shadow_params = dict(self.shadow.named_parameters())
-        self.sharded: list[Any] = [shadow_params[n] for n in names]  # DTensor parameters
+        self.sharded: list[Any] = [shadow_params[n] for n in self.names]  # DTensor parameters
         self.opt = adamw(self.sharded, cfg)
 
     def step(self, grads: Sequence[torch.Tensor]) -> None:
@@ -226,6 +226,35 @@ class FSDP2Optimizer:
                     )
             self.opt.state[sp] = restored
         with torch.no_grad():
+            for p, sp in zip(self.params, self.sharded, strict=True):
+                p.copy_(sp.full_tensor())
+
+    def sharded_state(self) -> dict[str, Any]:
+        """The live master shards and AdamW state as DTensors under flat keys (`master/{name}`,
+        `optim/{name}/{exp_avg|exp_avg_sq|step}`), for DCP: each rank writes only its shards and a
+        load fills them in place, resharded by global shape. Before the first step the state is
+        created as AdamW would create it (zeros, step 0), so every checkpoint has the same keys."""
+        out: dict[str, Any] = {}
+        for name, sp in zip(self.names, self.sharded, strict=True):
+            state = self.opt.state[sp]
+            if not state:  # AdamW's own first-step init (non-capturable: a host scalar step)
+                f64 = torch.get_default_dtype() == torch.float64
+                step_dtype = torch.float64 if f64 else torch.float32
+                state["step"] = torch.tensor(0.0, dtype=step_dtype, device="cpu")
+                state["exp_avg"] = torch.zeros_like(sp, memory_format=torch.preserve_format)
+                state["exp_avg_sq"] = torch.zeros_like(sp, memory_format=torch.preserve_format)
+            out[f"master/{name}"] = sp
+            out.update({f"optim/{name}/{k}": v for k, v in state.items()})
+        return out
+
+    def load_sharded_state(self, state: dict[str, Any]) -> None:
+        """Take `state` (keys of `sharded_state()`; DCP usually loaded it into these very
+        tensors), then refresh the compute replica from the master as `load_state_dict` does."""
+        live = self.sharded_state()
+        with torch.no_grad():
+            for key, dst in live.items():
+                if state[key] is not dst:
+                    dst.copy_(state[key])
             for p, sp in zip(self.params, self.sharded, strict=True):
                 p.copy_(sp.full_tensor())
 

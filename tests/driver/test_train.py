@@ -12,6 +12,8 @@ from thundersync.config import RunConfig, load_run_config
 from thundersync.driver.faults import FaultPlan
 from thundersync.driver.replay_gap import replay_gap
 from thundersync.driver.run import EXIT_CANCELLED, RunDriver, RunFailed
+from thundersync.learner.checkpoint import checkpoint_version
+from thundersync.learner.checkpoint_dcp import read_master
 from thundersync.rollout.checkpoint import load_state_dict
 from thundersync.rundir import RunFiles
 
@@ -109,17 +111,23 @@ def test_killed_rollout_worker_reruns_and_nothing_partial_reaches_learner(
 def test_killed_learner_resumes_from_checkpoint_with_identical_parameters(
     tmp_path: Path, ranks: int
 ) -> None:
-    """2 ranks: the FSDP2 shards and moments travel through the host and back to each rank."""
+    """2 ranks: each FSDP2 rank writes its own shards and moments (a DCP checkpoint) and reads
+    them back; the master is read whole here from those shards."""
     cfg = _small("grpo-toy", updates=3, checkpoint_every=1, **{"learner.ranks": ranks})
     clean, crashed = tmp_path / "clean", tmp_path / "crashed"
     assert RunDriver(cfg, clean, log_batches=True).run() == 0
     with pytest.raises(RunFailed, match="learner process died"):
         RunDriver(cfg, crashed, log_batches=True, faults=FaultPlan(kill_learner_at_update=2)).run()
     assert json.loads((crashed / "status.json").read_text())["status"] == "failed"
-    ckpt = torch.load(crashed / "checkpoints" / "learner-rank0.pt", weights_only=False)
-    assert ckpt["version"] == 2
+    ckpts = crashed / "checkpoints"
+    assert checkpoint_version(ckpts, ranks) == 2
+    if ranks == 1:
+        params = torch.load(ckpts / "learner-rank0.pt", weights_only=False)["params"]
+    else:
+        params = read_master(ckpts)
     published = _weights(crashed, 2)  # what the replicas served before the crash
-    assert all(torch.equal(ckpt["params"][k], published[k]) for k in ckpt["params"])
+    assert params and params.keys() <= published.keys()
+    assert all(torch.equal(params[k], published[k]) for k in params)
     assert RunDriver(cfg, crashed, resume=True, log_batches=True).run() == 0
     assert len(_metrics(crashed)) == 3  # updates 0, 1, then 2 redone after the resume
     assert _applied(crashed) == _applied(clean)

@@ -103,14 +103,16 @@ class RunDriver:
     def _start_version(self) -> int:
         if not self.resume:
             return 0
-        import torch
+        from thundersync.learner.checkpoint import checkpoint_version
 
-        from thundersync.learner.checkpoint import checkpoint_path
-
-        ck = checkpoint_path(self.files.checkpoints)
-        if not ck.exists():
-            raise RunFailed(f"--resume: no checkpoint at {ck}; set checkpoint_every > 0")
-        return int(torch.load(ck, weights_only=False)["version"])
+        # the format this run's ranks load: one torch.save file, or sharded (DCP) for FSDP2
+        version = checkpoint_version(self.files.checkpoints, self.cfg.learner.ranks)
+        if version is None:
+            raise RunFailed(
+                f"--resume: no checkpoint for {self.cfg.learner.ranks} learner rank(s) in "
+                f"{self.files.checkpoints}; set checkpoint_every > 0"
+            )
+        return version
 
     def _run(self) -> int:
         import torch

@@ -261,15 +261,16 @@ class _Parts:
                 f"min(pow2(max(2 x largest x {a} B, 256 MiB)), N_t x {a} B)",
             )
         if self.cfg.checkpoint_every:
-            # copied to the host tensor by tensor (`Learner.state_dict`), nothing whole on a GPU
+            # one rank: copied to the host tensor by tensor (`Learner.state_dict`); FSDP2 ranks:
+            # a DCP save of this rank's master + AdamW shards (checkpoint_dcp.py), staged to the
+            # host at most whole (no replica, nothing gathered)
             if w > 1:
-                nb = n_t * self.b + n_t * m / w
                 self.add(
-                    "checkpoint: replica + shard copies",
+                    "checkpoint: DCP save of this rank's master + AdamW shards",
                     "host",
                     "checkpoint",
-                    nb,
-                    "N_t x b + N_t x m / W",
+                    3 * n_t * m / w,
+                    f"<= 3 x N_t x {m} B / {w}",
                 )
             else:
                 self.add("checkpoint: master copy", "host", "checkpoint", n_t * m, f"N_t x {m} B")
