@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
 from thundersync.learner.batch_replay import LoggedBatch
 from thundersync.learner.sources import GrpoContent, GrpoReward, OpdTurn
@@ -37,6 +37,20 @@ class RefConfig:
     head_dim: int
     rms_eps: float
     rope_theta: float
+
+
+def perturb_norms(model_dir: Path, seed: int) -> Path:
+    """Rewrite the model's 1-d weights (RMSNorm) away from 1: `build_tiny_model` leaves every
+    norm weight at exactly 1, which would let a forward that forgets a norm weight pass. Both
+    sides of a comparison then read the same rewritten weights file."""
+    path = model_dir / "model.safetensors"
+    weights = load_file(str(path))
+    gen = torch.Generator().manual_seed(seed)
+    for name, w in sorted(weights.items()):
+        if w.dim() == 1:
+            weights[name] = (1.0 + 0.2 * torch.randn(w.shape, generator=gen)).to(w.dtype)
+    save_file(weights, str(path), metadata={"format": "pt"})
+    return model_dir
 
 
 def read_config(model_dir: Path) -> RefConfig:

@@ -33,11 +33,11 @@ import torch
 from f64_reference import (
     forward_logits,
     load_params,
+    perturb_norms,
     read_config,
     reference_grad,
     textbook_advantages,
 )
-from safetensors.torch import load_file, save_file
 from transformers import LlamaForCausalLM
 
 from thundersync.config import Objective, RunConfig, Schedule, load_run_config
@@ -59,14 +59,7 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     forgets a norm weight pass; both sides read the same rewritten weights file.
     """
     out = build_tiny_model(tmp_path_factory.mktemp("f64") / "model", seed=5, hidden=64, layers=2)
-    path = out / "model.safetensors"
-    weights = load_file(str(path))
-    gen = torch.Generator().manual_seed(11)
-    for name, w in sorted(weights.items()):
-        if w.dim() == 1:
-            weights[name] = (1.0 + 0.2 * torch.randn(w.shape, generator=gen)).to(w.dtype)
-    save_file(weights, str(path), metadata={"format": "pt"})
-    return out
+    return perturb_norms(out, seed=11)
 
 
 def _hf_model(model_dir: Path, dtype: torch.dtype) -> LlamaForCausalLM:

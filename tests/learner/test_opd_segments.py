@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from f64_reference import reference_grad
-from safetensors.torch import load_file, save_file
+from f64_reference import perturb_norms, reference_grad
 from transformers import LlamaForCausalLM
 
 from thundersync.config import ConfigError, Objective, RunConfig, Schedule, load_run_config
@@ -49,14 +48,7 @@ TRAJS = [
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny Llama with its RMSNorm weights perturbed away from 1 (as test_float64_reference)."""
     out = build_tiny_model(tmp_path_factory.mktemp("seg") / "model", seed=7, hidden=64, layers=2)
-    path = out / "model.safetensors"
-    weights = load_file(str(path))
-    gen = torch.Generator().manual_seed(13)
-    for name, w in sorted(weights.items()):
-        if w.dim() == 1:
-            weights[name] = (1.0 + 0.2 * torch.randn(w.shape, generator=gen)).to(w.dtype)
-    save_file(weights, str(path), metadata={"format": "pt"})
-    return out
+    return perturb_norms(out, seed=13)
 
 
 def _batch(seed: int = 3) -> LoggedBatch:
