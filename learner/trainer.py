@@ -137,8 +137,14 @@ class Learner:
         return {k: v.detach() for k, v in self.model.state_dict().items()}
 
     def flat_params(self) -> torch.Tensor:
-        """theta as the optimizer steps it (the fp32 master copy for a bf16 model), float64."""
-        return torch.cat([p.detach().reshape(-1).double().cpu() for p in self.optimizer.master])
+        """theta as the optimizer steps it (the fp32 master copy for a bf16 model), float64.
+        FSDP2: the fp32 shards gathered (a collective: every rank calls it), not the replica."""
+        opt = self.optimizer
+        if isinstance(opt, FSDP2Optimizer):
+            whole = [sp.detach().full_tensor() for sp in opt.sharded]
+        else:
+            whole = list(opt.master)
+        return torch.cat([p.detach().reshape(-1).double().cpu() for p in whole])
 
     @property
     def compute_dtype(self) -> torch.dtype:
