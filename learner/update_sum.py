@@ -70,6 +70,33 @@ def finish_blocks(
     return float(torch.linalg.vector_norm(torch.stack(parts))) if parts else 0.0
 
 
+_Read = Callable[[int, int, torch.Tensor], None]
+
+
+def _in_place(vec: torch.Tensor, target: torch.dtype) -> tuple[torch.Tensor, _Read]:
+    """`vec`'s own storage seen as `target` (no wider than vec) for the result, and its reader."""
+
+    def read(i0: int, i1: int, dst: torch.Tensor) -> None:
+        dst.copy_(vec[i0:i1])
+
+    return vec.view(target)[: vec.numel()], read
+
+
+def _narrow_into(
+    out: torch.Tensor,
+    read: _Read,
+    normaliser: float,
+    reduce: Callable[[torch.Tensor], None] | None = None,
+    bucket: int = _BLOCK,
+) -> float:
+    """`finish_blocks` writing the narrowed result into `out`; the norm."""
+
+    def write(i0: int, i1: int, vals: torch.Tensor) -> None:
+        out[i0:i1].copy_(vals)
+
+    return finish_blocks(out.numel(), read, write, normaliser, reduce, bucket)
+
+
 class SplitF64:
     """A float64 vector of `n` elements stored in two fp32 buffers of `n` elements each.
 
@@ -243,16 +270,8 @@ class UpdateAccumulator:
         if reduce is not None:
             return self._finish_reduced(normaliser, out_dtype, reduce, bucket)
         if self._split is not None and out_dtype == torch.float32:
-            split = self._split
-            out = split.lo  # chunk c's values are read before fp32 results land on its slots
-
-            def write(i0: int, i1: int, vals: torch.Tensor) -> None:
-                out[i0:i1].copy_(vals)
-
-            norm = finish_blocks(split.n, split.read, write, normaliser)
-            self._spare = split.parts[1]  # resident: the clipped gradient can go there
-            self._split = None
-            return out, norm
+            out, read = self._take_split(out_dtype)
+            return out, _narrow_into(out, read, normaliser)
         vec = self.grad
         if vec.dtype != torch.float64:  # one part, in its own (fp32) dtype
             grad = vec.div_(-normaliser)
@@ -262,15 +281,8 @@ class UpdateAccumulator:
         if target.itemsize > vec.itemsize or not vec.is_contiguous():
             grad = vec.div_(-normaliser)
             return grad.to(target), norm_f64(grad)
-        out = vec.view(target)[: vec.numel()]
-
-        def read(i0: int, i1: int, dst: torch.Tensor) -> None:
-            dst.copy_(vec[i0:i1])
-
-        def write_plain(i0: int, i1: int, vals: torch.Tensor) -> None:
-            out[i0:i1].copy_(vals)
-
-        return out, finish_blocks(vec.numel(), read, write_plain, normaliser)
+        out, read = _in_place(vec, target)
+        return out, _narrow_into(out, read, normaliser)
 
     def _finish_reduced(
         self,
@@ -283,24 +295,21 @@ class UpdateAccumulator:
         result narrowed into this rank's own buffers. Elementwise the same sums as reducing the
         widened vector first, so the same bits; every rank runs the same buckets whatever it holds.
         """
-        n = self.spec.total
         target = out_dtype or self.dtype
-        read: Callable[[int, int, torch.Tensor], None]
         if self._split is not None and target.itemsize <= 4:
-            split, self._split = self._split, None
-            out, read = split.lo.view(target)[:n], split.read
-            self._spare = split.parts[1]  # resident: the clipped gradient can go there
+            out, read = self._take_split(target)
         else:
-            vec = self._own_vector(target)
-            out = vec.view(target)[:n]
+            out, read = _in_place(self._own_vector(target), target)
+        return out, _narrow_into(out, read, normaliser, reduce, bucket)
 
-            def read(i0: int, i1: int, dst: torch.Tensor) -> None:
-                dst.copy_(vec[i0:i1])
-
-        def write(i0: int, i1: int, vals: torch.Tensor) -> None:
-            out[i0:i1].copy_(vals)
-
-        return out, finish_blocks(n, read, write, normaliser, reduce, bucket)
+    def _take_split(self, target: torch.dtype) -> tuple[torch.Tensor, _Read]:
+        """The split sum's first buffer as the result (chunk c's values are read before results
+        land on its slots) and its reader; the second buffer stays resident as the spare the
+        clipped gradient can go into."""
+        split, self._split = self._split, None
+        assert split is not None
+        self._spare = split.parts[1]
+        return split.lo.view(target)[: split.n], split.read
 
     def _own_vector(self, target: torch.dtype) -> torch.Tensor:
         """One plain vector holding this rank's sum, wide enough to take `target` in place."""
