@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from thundersync.learner.accumulators import BufferPool
+from thundersync.learner.engine_core import flat_kv
 from thundersync.learner.kvstore import KVStore
 from thundersync.plan.live import LiveBytes
 
@@ -56,3 +57,45 @@ def test_regrowth_holds_one_old_layer_at_a_time() -> None:
         store.append(_turn(1, 2.0))  # 256 -> 512 positions
     # the new buffers and at most one old layer beside them (all old ones at once: old + new)
     assert new <= meter.peak <= new + old // LAYERS + 2 * _bytes_per_position()
+
+
+def test_store_hooks_add_into_the_ledger_regrown_after_the_leaves_were_made() -> None:
+    """A kept graph's leaves predate a regrowth: their adjoints land in the new ledger (positions
+    [:upto] only, accumulated over backwards), never in the replaced one; leaf grads stay None."""
+    store = KVStore(BufferPool("cpu"))
+    store.append(_turn(10, 1.0))
+    leaves = flat_kv(store.past(10))
+    old = [buf for layer in store.ledger for buf in layer]
+    store.append(_turn(20, 2.0))  # 16 -> 32 positions: new K/V and ledger buffers
+    assert all(a is not b for a, b in zip(old, (x for la in store.ledger for x in la), strict=True))
+    gen = torch.Generator().manual_seed(0)
+    weights = [torch.randn(x.shape, generator=gen) for x in leaves]
+    for _ in range(2):
+        sum((w * x).sum() for w, x in zip(weights, leaves, strict=True)).backward()
+    new = [buf for layer in store.ledger for buf in layer]
+    for w, x, buf, was in zip(weights, leaves, new, old, strict=True):
+        assert x.grad is None
+        assert torch.equal(buf[:, :, :10], 2 * w)
+        assert not buf[:, :, 10:].any() and not was.any()
+
+
+def test_a_backward_through_store_leaves_holds_one_leaf_adjoint_at_a_time() -> None:
+    """Each leaf's grad is added to the ledger and freed as it arrives, not all kept until the
+    backward ends: when any leaf's adjoint comes in, no other leaf holds one."""
+    store = KVStore(BufferPool("cpu"))
+    store.append(_turn(6, 1.0))
+    leaves = flat_kv(store.past(6))
+    alive: list[int] = []
+
+    def probe(_: torch.Tensor) -> None:
+        alive.append(sum(x.grad is not None for x in leaves))
+
+    for x in leaves:
+        x.register_hook(probe)
+    h = torch.zeros(())
+    for x in leaves:  # a chain: the adjoints arrive one after another
+        h = torch.tanh(h + (x * x).sum() * 1e-3)
+    h.backward()
+    assert len(alive) == len(leaves) and max(alive) == 0
+    assert all(x.grad is None for x in leaves)
+    assert all(buf[:, :, :6].any() for layer in store.ledger for buf in layer)

@@ -21,11 +21,9 @@ from transformers import LlamaForCausalLM
 
 from thundersync.config import ConfigError, Objective, RunConfig, Schedule, load_run_config
 from thundersync.hf_models import build_tiny_model
-from thundersync.learner.accumulators import BufferPool
 from thundersync.learner.batch_replay import LoggedBatch, replay_sources
 from thundersync.learner.engine import GradientEngine
-from thundersync.learner.engine_core import SourceError, flat_kv
-from thundersync.learner.kvstore import KVStore
+from thundersync.learner.engine_core import SourceError
 from thundersync.learner.sources import OpdClose, OpdTurn
 from thundersync.learner.trainer import Learner
 from thundersync.plan import activations as act
@@ -194,59 +192,6 @@ def test_opd_segment_tokens_must_be_positive_and_the_error_names_the_field() -> 
 def test_opd_segment_tokens_reaches_the_opd_engine(model_dir: Path) -> None:
     engine = _learner(model_dir, _config(4, "recompute")).open_update(Schedule.STREAM)
     assert engine.opd.segment_tokens == 4
-
-
-# ---- the K/V store's leaf hooks ------------------------------------------------------------------
-LAYERS, HEADS, DIM = 3, 2, 4
-
-
-def _kv(n: int, value: float) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    return [
-        (torch.full((1, HEADS, n, DIM), value + i), torch.full((1, HEADS, n, DIM), -value - i))
-        for i in range(LAYERS)
-    ]
-
-
-def test_store_hooks_add_into_the_ledger_regrown_after_the_leaves_were_made() -> None:
-    """A kept graph's leaves predate a regrowth: their adjoints land in the new ledger (positions
-    [:upto] only, accumulated over backwards), never in the replaced one; leaf grads stay None."""
-    store = KVStore(BufferPool("cpu"))
-    store.append(_kv(10, 1.0))
-    leaves = flat_kv(store.past(10))
-    old = [buf for layer in store.ledger for buf in layer]
-    store.append(_kv(20, 2.0))  # 16 -> 32 positions: new K/V and ledger buffers
-    assert all(a is not b for a, b in zip(old, (x for la in store.ledger for x in la), strict=True))
-    gen = torch.Generator().manual_seed(0)
-    weights = [torch.randn(x.shape, generator=gen) for x in leaves]
-    for _ in range(2):
-        sum((w * x).sum() for w, x in zip(weights, leaves, strict=True)).backward()
-    new = [buf for layer in store.ledger for buf in layer]
-    for w, x, buf, was in zip(weights, leaves, new, old, strict=True):
-        assert x.grad is None
-        assert torch.equal(buf[:, :, :10], 2 * w)
-        assert not buf[:, :, 10:].any() and not was.any()
-
-
-def test_a_backward_through_store_leaves_holds_one_leaf_adjoint_at_a_time() -> None:
-    """Each leaf's grad is added to the ledger and freed as it arrives, not all kept until the
-    backward ends: when any leaf's adjoint comes in, no other leaf holds one."""
-    store = KVStore(BufferPool("cpu"))
-    store.append(_kv(6, 1.0))
-    leaves = flat_kv(store.past(6))
-    alive: list[int] = []
-
-    def probe(_: torch.Tensor) -> None:
-        alive.append(sum(x.grad is not None for x in leaves))
-
-    for x in leaves:
-        x.register_hook(probe)
-    h = torch.zeros(())
-    for x in leaves:  # a chain: the adjoints arrive one after another
-        h = torch.tanh(h + (x * x).sum() * 1e-3)
-    h.backward()
-    assert len(alive) == len(leaves) and max(alive) == 0
-    assert all(x.grad is None for x in leaves)
-    assert all(buf[:, :, :6].any() for layer in store.ledger for buf in layer)
 
 
 # ---- the memory plan -----------------------------------------------------------------------------
